@@ -1,0 +1,260 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+)
+
+var (
+	// ErrNotAcquired means the lock stayed held by someone else for the whole wait.
+	ErrNotAcquired = errors.New("client: lock not acquired")
+	// ErrLeaseLost means the watchdog could not renew the lease: the lock may be someone
+	// else's now, so the work it guarded must stop.
+	ErrLeaseLost = errors.New("client: lease lost")
+	// ErrUnlocked is the cause of a Lock's context after Unlock.
+	ErrUnlocked = errors.New("client: unlocked")
+)
+
+// DefaultTTL is the lease length Lock asks for unless WithTTL says otherwise.
+const DefaultTTL = 30 * time.Second
+
+// longPoll is the longest server-side wait one Acquire call asks for while Lock blocks with
+// no deadline; Lock then simply asks again.
+const longPoll = 30 * time.Second
+
+type lockOptions struct {
+	ttl     time.Duration
+	wait    time.Duration
+	hasWait bool
+	owner   string
+	backend string
+}
+
+// LockOption configures one Lock or TryLock call.
+type LockOption func(*lockOptions)
+
+// WithTTL sets the lease length (100ms to 24h); the watchdog renews at a third of it.
+func WithTTL(d time.Duration) LockOption { return func(o *lockOptions) { o.ttl = d } }
+
+// WithWait bounds how long Lock blocks for a taken lock; by default it blocks until the
+// context ends.
+func WithWait(d time.Duration) LockOption {
+	return func(o *lockOptions) { o.wait, o.hasWait = d, true }
+}
+
+// WithOwner acquires as owner: the same owner re-enters a lock it holds. By default the
+// service makes a fresh random owner.
+func WithOwner(owner string) LockOption { return func(o *lockOptions) { o.owner = owner } }
+
+// WithLockBackend picks the backend for this lock, overriding the client's.
+func WithLockBackend(name string) LockOption { return func(o *lockOptions) { o.backend = name } }
+
+// Lock blocks until it holds key, the wait (WithWait) passes, or ctx ends. It returns
+// ErrNotAcquired when the wait passed with the lock still taken.
+func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	o := c.lockOptions(opts)
+	var waitUntil time.Time
+	if o.hasWait {
+		waitUntil = time.Now().Add(o.wait)
+	}
+	for {
+		wait := longPoll
+		if o.hasWait {
+			wait = min(wait, max(time.Until(waitUntil), 0))
+		}
+		if d, ok := ctx.Deadline(); ok {
+			wait = min(wait, max(time.Until(d), 0))
+		}
+		l, err := c.acquire(ctx, key, o, wait)
+		if !errors.Is(err, ErrNotAcquired) {
+			return l, err
+		}
+		if o.hasWait && !time.Now().Before(waitUntil) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", err, context.Cause(ctx))
+		}
+	}
+}
+
+// TryLock makes one attempt and returns ErrNotAcquired at once when the lock is taken.
+func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, key, c.lockOptions(opts), 0)
+}
+
+func (c *Client) lockOptions(opts []LockOption) lockOptions {
+	o := lockOptions{ttl: DefaultTTL, backend: c.backend}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait time.Duration) (*Lock, error) {
+	callCtx := ctx
+	if wait > 0 {
+		// Leave the server room to answer "not acquired" after its wait instead of timing out.
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, wait+2*time.Second)
+		defer cancel()
+	}
+	res, err := c.locks.Acquire(callCtx, &lockv1.AcquireRequest{
+		Key:     key,
+		Backend: o.backend,
+		Ttl:     durationpb.New(o.ttl),
+		Wait:    durationpb.New(wait),
+		Owner:   o.owner,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !res.GetAcquired() {
+		return nil, ErrNotAcquired
+	}
+	return c.newLock(res.GetLease(), o.ttl), nil
+}
+
+// Lock is a held lease. A watchdog renews it every ttl/3 until Unlock; the first renewal that
+// fails ends the lease on the client's side at once: Lost closes, Context is canceled and Err
+// says why. It does not wait for the lease's last known expiry, because a lock it cannot
+// confirm must not guard any more work.
+type Lock struct {
+	c     *Client
+	lease *lockv1.Lease
+	ttl   time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu        sync.Mutex
+	expiresAt time.Time
+	err       error
+	unlocked  bool
+}
+
+func (c *Client) newLock(lease *lockv1.Lease, ttl time.Duration) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lock{
+		c: c, lease: lease, ttl: ttl,
+		ctx: ctx, cancel: cancel,
+		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		expiresAt: lease.GetExpiresAt().AsTime(),
+	}
+	go l.watchdog()
+	return l
+}
+
+// Key is the lock's key.
+func (l *Lock) Key() string { return l.lease.GetKey() }
+
+// Backend is the backend that holds the lock.
+func (l *Lock) Backend() string { return l.lease.GetBackend() }
+
+// Owner is the owner secret; pass it to WithOwner to re-enter.
+func (l *Lock) Owner() string { return l.lease.GetOwner() }
+
+// FencingToken strictly increases with every new holder of the lock: send it with each write
+// the lock guards, and have the storage reject a token lower than one it has seen.
+func (l *Lock) FencingToken() uint64 { return l.lease.GetFencingToken() }
+
+// HoldCount is the owner's hold count right after this acquisition.
+func (l *Lock) HoldCount() uint32 { return l.lease.GetHoldCount() }
+
+// ExpiresAt is when the lease ends unless the watchdog renews it again.
+func (l *Lock) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiresAt
+}
+
+// Lost is closed the moment the lease is lost.
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// Context is canceled when the lease is lost or the lock is unlocked; context.Cause tells
+// which. Run the guarded work under it.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Err is nil while the lease is held, or why it was lost.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *Lock) watchdog() {
+	defer close(l.done)
+	interval := l.ttl / 3
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		// A renewal must answer within one interval, or the lease is treated as lost.
+		ctx, cancel := context.WithTimeout(l.ctx, interval)
+		res, err := l.c.locks.Renew(ctx, &lockv1.RenewRequest{
+			Key: l.Key(), Backend: l.Backend(), Owner: l.Owner(), Ttl: durationpb.New(l.ttl),
+		})
+		cancel()
+		select {
+		case <-l.stop: // Unlock raced this renewal: not a loss.
+			return
+		default:
+		}
+		if err != nil {
+			l.lose(fmt.Errorf("%w: renew %q: %w", ErrLeaseLost, l.Key(), err))
+			return
+		}
+		l.mu.Lock()
+		l.expiresAt = res.GetLease().GetExpiresAt().AsTime()
+		l.mu.Unlock()
+		t.Reset(interval)
+	}
+}
+
+func (l *Lock) lose(err error) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+	close(l.lost)
+	l.cancel(err)
+}
+
+// Unlock stops the watchdog and releases one hold. It returns the loss error when the lease
+// was already lost, and is a no-op returning nil when called again.
+func (l *Lock) Unlock(ctx context.Context) error {
+	l.mu.Lock()
+	if l.unlocked {
+		l.mu.Unlock()
+		return nil
+	}
+	l.unlocked = true
+	l.mu.Unlock()
+
+	close(l.stop)
+	<-l.done
+	if err := l.Err(); err != nil {
+		return err
+	}
+	l.cancel(ErrUnlocked)
+	_, err := l.c.locks.Release(ctx, &lockv1.ReleaseRequest{Key: l.Key(), Backend: l.Backend(), Owner: l.Owner()})
+	if err != nil {
+		return fmt.Errorf("client: release %q: %w", l.Key(), err)
+	}
+	return nil
+}

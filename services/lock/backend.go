@@ -1,0 +1,88 @@
+// Package lock is coordkit's lock service: the Connect handler, the Backend interface every
+// lock engine implements, and the waiting logic shared by all of them. Engines live in
+// subpackages (redislock, sqllock), one per storage technology.
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors a Backend returns; the handler maps them to Connect codes at the edge.
+var (
+	// ErrNotHeld means nobody holds the lock: it was released or its lease expired.
+	ErrNotHeld = errors.New("lock: not held")
+	// ErrNotOwner means the lock is held, by another owner.
+	ErrNotOwner = errors.New("lock: held by another owner")
+	// ErrUnavailable means the backend could not be reached or did not answer.
+	ErrUnavailable = errors.New("lock: backend unavailable")
+)
+
+// Lease is a held lock as its holder sees it.
+type Lease struct {
+	// Key is the lock's key.
+	Key string
+	// Owner is the holder's secret.
+	Owner string
+	// FencingToken strictly increases with every new holder of the key.
+	FencingToken uint64
+	// ExpiresAt is a lower bound of when the backend lets the lease go: taken from the
+	// service's clock before the backend was asked.
+	ExpiresAt time.Time
+	// HoldCount is how many times the owner holds the lock.
+	HoldCount uint32
+}
+
+// State is a lock as anyone may see it: no owner secret.
+type State struct {
+	// Held says whether someone holds the lock.
+	Held bool
+	// HolderID is HolderID(owner) of the holder.
+	HolderID string
+	// FencingToken is the holder's fencing token.
+	FencingToken uint64
+	// ExpiresAt is when the holder's lease ends unless renewed.
+	ExpiresAt time.Time
+	// HoldCount is the holder's hold count.
+	HoldCount uint32
+}
+
+// Attempt is the outcome of one try to acquire.
+type Attempt struct {
+	// Acquired says whether the caller now holds the lock.
+	Acquired bool
+	// Lease is the caller's lease when Acquired.
+	Lease Lease
+	// Holder is the current holder when not Acquired.
+	Holder State
+}
+
+// Backend is one lock engine. Every method is a single atomic step on the engine: no method
+// leaves partial state behind when it fails or its context ends. Implementations must be safe
+// for concurrent use.
+type Backend interface {
+	// TryAcquire makes one attempt: it takes a free or expired lock with a new fencing token,
+	// re-enters a lock the owner holds (hold count + 1, lease extended to ttl, same token), or
+	// reports the holder.
+	TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (Attempt, error)
+	// Release drops one hold of owner's lease and returns the holds left; at 0 the lock is
+	// free. It fails with ErrNotHeld or ErrNotOwner.
+	Release(ctx context.Context, key, owner string) (remaining uint32, err error)
+	// Renew extends owner's lease to now + ttl. It fails with ErrNotHeld or ErrNotOwner.
+	Renew(ctx context.Context, key, owner string, ttl time.Duration) (Lease, error)
+	// Inspect reports the lock's state.
+	Inspect(ctx context.Context, key string) (State, error)
+	// Close releases the backend's connections; the locks it holds stay until they expire.
+	Close() error
+}
+
+// Unavailable wraps an engine error as ErrUnavailable, unless it is the context's own
+// ending, which is returned as is so the caller sees canceled or deadline exceeded.
+func Unavailable(ctx context.Context, engine string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	return fmt.Errorf("%w: %s: %v", ErrUnavailable, engine, err)
+}

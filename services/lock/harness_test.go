@@ -1,0 +1,147 @@
+package lock_test
+
+import (
+	"context"
+		"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/testenv"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	"github.com/coordkit/coordkit/services/lock"
+	"github.com/coordkit/coordkit/services/lock/redislock"
+	"github.com/coordkit/coordkit/services/lock/sqllock"
+)
+
+// backendCase is one lock engine under test. store makes a fresh, isolated store on the real
+// engine and returns a function that opens one more backend instance on it, as another
+// service process would. Adding a backend to every behaviour is one line in backends.
+type backendCase struct {
+	name  string
+	store func(t *testing.T) (open func(t *testing.T) lock.Backend)
+}
+
+var backends = []backendCase{
+	{name: "redis", store: redisStore},
+	{name: "sqlite", store: sqliteStore},
+}
+
+func redisStore(t *testing.T) func(t *testing.T) lock.Backend {
+	prefix := testenv.Prefix(t)
+	testenv.CleanRedis(t, testenv.Redis(t, ""), prefix)
+	return func(t *testing.T) lock.Backend {
+		return redislock.New(testenv.Redis(t, ""), prefix)
+	}
+}
+
+func sqliteStore(t *testing.T) func(t *testing.T) lock.Backend {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	return func(t *testing.T) lock.Backend {
+		b, err := sqllock.OpenSQLite(context.Background(), path)
+		if err != nil {
+			t.Fatalf("open sqlite: %v", err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+}
+
+// instance is one running lock service with a client for it.
+type instance struct {
+	url    string
+	client *client.Client
+}
+
+// startInstance serves a lock service on b through the real server bootstrap on a loopback
+// port, as `coord serve` does, and stops it when the test ends.
+func startInstance(t *testing.T, name string, b lock.Backend) *instance {
+	t.Helper()
+	srv := server.New(server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	svc, err := lock.NewService(lock.Config{Backends: map[string]lock.Backend{name: b}, Registerer: srv.Registry()})
+	if err != nil {
+		t.Fatalf("NewService: %v", err)
+	}
+	srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	url := "http://" + ln.Addr().String()
+	return &instance{url: url, client: client.New(url)}
+}
+
+// grpcClient talks gRPC over cleartext HTTP/2 (h2c) to an instance, the other protocol the
+// bootstrap serves on the same port.
+func grpcClient(url string) *client.Client {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: &http.Transport{Protocols: p}}
+	return client.New(url, client.WithHTTPClient(hc), client.WithConnectOptions(connect.WithGRPC()))
+}
+
+// pair starts two service instances on one store of bc and returns a client of each: the
+// first speaks the Connect protocol over HTTP/1.1, the second gRPC over h2c.
+func pair(t *testing.T, bc backendCase) (*client.Client, *client.Client) {
+	open := bc.store(t)
+	a := startInstance(t, bc.name, open(t))
+	b := startInstance(t, bc.name, open(t))
+	return a.client, grpcClient(b.url)
+}
+
+// wantCode fails unless err carries the Connect code want.
+func wantCode(t *testing.T, err error, want connect.Code) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want code %v", want)
+	}
+	if got := connect.CodeOf(err); got != want {
+		t.Fatalf("got code %v (%v), want %v", got, err, want)
+	}
+}
+
+// within fails unless ch closes within d.
+func within(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("%s did not happen within %v", what, d)
+	}
+}
+
+// must turns a (value, error) call into a value, failing the test on error:
+// res := must(call())(t).
+func must[T any](v T, err error) func(t *testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
+	}
+}
+
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+}

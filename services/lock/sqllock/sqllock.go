@@ -1,0 +1,202 @@
+// Package sqllock is the lock backend on a SQL database, following the seeds' unique-key
+// method: one row per key (the primary key makes two holders impossible) with owner, hold
+// count, fencing counter and expiry. Every operation is one short transaction that locks the
+// row, decides in Go and writes back: no transaction is ever held open for a lease.
+//
+// A released lock keeps its row (owner empty) so the fencing counter survives; rows are
+// small, one per key ever locked.
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// Backend implements lock.Backend on a SQL database.
+type Backend struct {
+	db     *sql.DB
+	d      Dialect
+	ownsDB bool
+
+	selectRow, insertRow, update string
+}
+
+var _ lock.Backend = (*Backend)(nil)
+
+// New creates the schema if needed and returns a backend on db. The caller keeps ownership of
+// db.
+func New(ctx context.Context, db *sql.DB, d Dialect) (*Backend, error) {
+	for _, stmt := range d.Schema {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("sqllock: %s schema: %w", d.Name, err)
+		}
+	}
+	return &Backend{
+		db: db,
+		d:  d,
+		selectRow: "SELECT owner, hold_count, fencing_token, expires_at, " + d.NowMillis +
+			" FROM coordkit_locks WHERE lock_key = ?" + d.ForUpdate,
+		insertRow: d.InsertIgnore + " INTO coordkit_locks (lock_key) VALUES (?)",
+		update: "UPDATE coordkit_locks SET owner = ?, hold_count = ?, fencing_token = ?, expires_at = ?" +
+			" WHERE lock_key = ?",
+	}, nil
+}
+
+// row is a lock row as read inside a transaction, with the database's clock.
+type row struct {
+	owner     string
+	holds     uint32
+	token     uint64
+	expiresAt int64 // database clock, Unix ms
+	now       int64 // database clock, Unix ms
+}
+
+// held reports whether the row is a live lease.
+func (r row) held() bool { return r.owner != "" && r.expiresAt > r.now }
+
+// state converts the row to the public view, moving its expiry onto the local clock.
+func (r row) state() lock.State {
+	if !r.held() {
+		return lock.State{}
+	}
+	return lock.State{
+		Held: true, HolderID: lock.HolderID(r.owner), FencingToken: r.token, HoldCount: r.holds,
+		ExpiresAt: time.Now().Add(time.Duration(r.expiresAt-r.now) * time.Millisecond),
+	}
+}
+
+// inTx runs fn in one short transaction on the key's row, creating the row when create is
+// set, and commits when fn returns no error. fn returns the row to write back, or nil.
+func (b *Backend) inTx(ctx context.Context, key string, create bool, fn func(r row) (*row, error)) error {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return lock.Unavailable(ctx, b.d.Name, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	r, err := b.read(ctx, tx, key)
+	if errors.Is(err, sql.ErrNoRows) && create {
+		if _, err = tx.ExecContext(ctx, b.insertRow, key); err != nil {
+			return lock.Unavailable(ctx, b.d.Name, err)
+		}
+		r, err = b.read(ctx, tx, key)
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		r = row{} // never locked: free, token 0
+	case err != nil:
+		return lock.Unavailable(ctx, b.d.Name, err)
+	}
+	next, err := fn(r)
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		if _, err := tx.ExecContext(ctx, b.update, next.owner, next.holds, next.token, next.expiresAt, key); err != nil {
+			return lock.Unavailable(ctx, b.d.Name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return lock.Unavailable(ctx, b.d.Name, err)
+	}
+	return nil
+}
+
+func (b *Backend) read(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, key string) (row, error) {
+	var r row
+	err := q.QueryRowContext(ctx, b.selectRow, key).Scan(&r.owner, &r.holds, &r.token, &r.expiresAt, &r.now)
+	return r, err
+}
+
+// TryAcquire implements lock.Backend.
+func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
+	start := time.Now()
+	var att lock.Attempt
+	err := b.inTx(ctx, key, true, func(r row) (*row, error) {
+		expires := r.now + ttl.Milliseconds()
+		switch {
+		case !r.held(): // free, released or expired: take it over with a new token
+			att = lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: r.token + 1, HoldCount: 1}}
+			return &row{owner: owner, holds: 1, token: r.token + 1, expiresAt: expires}, nil
+		case r.owner == owner: // re-entry
+			att = lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds + 1}}
+			return &row{owner: owner, holds: r.holds + 1, token: r.token, expiresAt: expires}, nil
+		default:
+			att = lock.Attempt{Holder: r.state()}
+			return nil, nil
+		}
+	})
+	if err != nil {
+		return lock.Attempt{}, err
+	}
+	if att.Acquired {
+		att.Lease.ExpiresAt = start.Add(ttl)
+	}
+	return att, nil
+}
+
+// Release implements lock.Backend.
+func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
+	var remaining uint32
+	err := b.inTx(ctx, key, false, func(r row) (*row, error) {
+		if err := ownedBy(r, owner); err != nil {
+			return nil, err
+		}
+		remaining = r.holds - 1
+		if remaining == 0 {
+			return &row{token: r.token}, nil // free; the token stays for the next holder
+		}
+		return &row{owner: owner, holds: remaining, token: r.token, expiresAt: r.expiresAt}, nil
+	})
+	return remaining, err
+}
+
+// Renew implements lock.Backend.
+func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
+	start := time.Now()
+	var lease lock.Lease
+	err := b.inTx(ctx, key, false, func(r row) (*row, error) {
+		if err := ownedBy(r, owner); err != nil {
+			return nil, err
+		}
+		lease = lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds, ExpiresAt: start.Add(ttl)}
+		return &row{owner: owner, holds: r.holds, token: r.token, expiresAt: r.now + ttl.Milliseconds()}, nil
+	})
+	return lease, err
+}
+
+// Inspect implements lock.Backend.
+func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
+	r, err := b.read(ctx, b.db, key)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return lock.State{}, nil
+	case err != nil:
+		return lock.State{}, lock.Unavailable(ctx, b.d.Name, err)
+	}
+	return r.state(), nil
+}
+
+// Close implements lock.Backend: it closes the database when the backend opened it.
+func (b *Backend) Close() error {
+	if b.ownsDB {
+		return b.db.Close()
+	}
+	return nil
+}
+
+func ownedBy(r row, owner string) error {
+	switch {
+	case !r.held():
+		return lock.ErrNotHeld
+	case r.owner != owner:
+		return lock.ErrNotOwner
+	}
+	return nil
+}
