@@ -23,13 +23,14 @@ func RedisAddr() string {
 }
 
 // Redis returns a client of the test Redis at addr (RedisAddr when empty), closed when the
-// test ends. It fails the test when Redis does not answer.
+// test ends, with retries off as the lock backends need. It fails the test when Redis does
+// not answer.
 func Redis(t testing.TB, addr string) *redis.Client {
 	t.Helper()
 	if addr == "" {
 		addr = RedisAddr()
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

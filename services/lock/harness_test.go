@@ -2,7 +2,7 @@ package lock_test
 
 import (
 	"context"
-		"io"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -137,7 +137,6 @@ func must[T any](v T, err error) func(t *testing.T) T {
 		return v
 	}
 }
-
 
 func noErr(t *testing.T, err error) {
 	t.Helper()

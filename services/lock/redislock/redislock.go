@@ -26,6 +26,11 @@ var _ lock.Backend = (*Backend)(nil)
 
 // New returns a backend on rdb whose keys start with prefix (DefaultPrefix when empty). The
 // backend does not own rdb: whoever made the client closes it.
+//
+// Make rdb with retries off (redis.Options.MaxRetries = -1): the client cannot know whether a
+// script whose reply was lost ran, and running the acquire script twice would count one
+// re-entry as two holds. The service reports the failure as unavailable instead and the
+// caller decides.
 func New(rdb redis.Scripter, prefix string) *Backend {
 	if prefix == "" {
 		prefix = DefaultPrefix
