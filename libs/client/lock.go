@@ -235,8 +235,10 @@ func (l *Lock) lose(err error) {
 	l.cancel(err)
 }
 
-// Unlock stops the watchdog and releases one hold. It returns the loss error when the lease
-// was already lost, and is a no-op returning nil when called again.
+// Unlock stops the watchdog and releases one hold. When the lease was already lost it still
+// tries the release (a renewal that failed on the network may have left the lease in place,
+// and releasing frees it for others sooner) and returns the loss error. Calling it again is a
+// no-op returning nil.
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	if l.unlocked {
@@ -248,11 +250,12 @@ func (l *Lock) Unlock(ctx context.Context) error {
 
 	close(l.stop)
 	<-l.done
-	if err := l.Err(); err != nil {
-		return err
-	}
+	lost := l.Err()
 	l.cancel(ErrUnlocked)
 	_, err := l.c.locks.Release(ctx, &lockv1.ReleaseRequest{Key: l.Key(), Backend: l.Backend(), Owner: l.Owner()})
+	if lost != nil {
+		return lost
+	}
 	if err != nil {
 		return fmt.Errorf("client: release %q: %w", l.Key(), err)
 	}

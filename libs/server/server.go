@@ -60,6 +60,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// ErrShutdown is the cause of a request context that the server ended because it is shutting
+// down; handlers map it to unavailable so clients retry on another instance.
+var ErrShutdown = errors.New("server: shutting down")
+
 // Server serves Connect services. Register services with Handle, then call Serve or
 // ListenAndServe; Handler gives the whole mux for tests that bring their own listener.
 type Server struct {
@@ -146,6 +150,10 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // Serve serves on ln until ctx ends, then stops accepting, waits up to ShutdownTimeout for
 // in-flight requests and returns. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// Requests outlive ctx so they can finish during the drain, but long waits (a blocked
+	// Acquire) end as soon as shutdown starts, with ErrShutdown as their context's cause.
+	base, stopRequests := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopRequests(nil)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -155,7 +163,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		BaseContext:       func(net.Listener) context.Context { return base },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -166,6 +174,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.cfg.Logger.Info("shutting down", "drain_timeout", s.cfg.ShutdownTimeout)
+	stopRequests(ErrShutdown)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {

@@ -9,6 +9,7 @@ replace (
 
 require (
 	connectrpc.com/connect v1.21.1
+	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -17,6 +18,8 @@ require (
 )
 
 require (
+	connectrpc.com/grpchealth v1.4.0 // indirect
+	connectrpc.com/grpcreflect v1.3.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,6 +59,9 @@ func sqliteStore(t *testing.T) func(t *testing.T) lock.Backend {
 type instance struct {
 	url    string
 	client *client.Client
+	// stop shuts the service down as SIGTERM would and returns Serve's result; the test's
+	// cleanup calls it too, and later calls return the first result.
+	stop func() error
 }
 
 // startInstance serves a lock service on b through the real server bootstrap on a loopback
@@ -77,14 +81,17 @@ func startInstance(t *testing.T, name string, b lock.Backend) *instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
+	stop := sync.OnceValue(func() error {
 		cancel()
-		if err := <-done; err != nil {
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
 	url := "http://" + ln.Addr().String()
-	return &instance{url: url, client: client.New(url)}
+	return &instance{url: url, client: client.New(url), stop: stop}
 }
 
 // grpcClient talks gRPC over cleartext HTTP/2 (h2c) to an instance, the other protocol the

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/coordkit/coordkit/libs/server"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 )
@@ -261,7 +262,7 @@ func toConnect(err error) error {
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, ErrNotOwner):
 		code = connect.CodePermissionDenied
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, server.ErrShutdown):
 		code = connect.CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded

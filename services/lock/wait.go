@@ -13,7 +13,7 @@ import (
 // touching the backends or the handler.
 type Waker interface {
 	// Wait blocks until the lock (backend, key) may be free, until deadline, or until ctx
-	// ends (returning ctx.Err()). attempt counts the failed attempts so far, from 1. deadline
+	// ends (returning context.Cause(ctx)). attempt counts the failed attempts so far, from 1. deadline
 	// is never later than the holder's expiry, so a missed wake-up only delays a waiter.
 	Wait(ctx context.Context, backend, key string, attempt int, deadline time.Time) error
 }
@@ -47,7 +47,7 @@ func (w BackoffWaker) Wait(ctx context.Context, _, _ string, attempt int, deadli
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	case <-t.C:
 		return nil
 	}
