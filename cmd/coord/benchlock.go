@@ -1,0 +1,372 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	goredsync "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/config"
+	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+)
+
+// Names of the things `coord bench lock` can measure.
+const (
+	targetServiceRedis  = "service/redis"
+	targetServiceSQLite = "service/sqlite"
+	targetRedsync       = "redsync/redis"
+)
+
+// benchTTL is the lease every benchmarked acquire asks for.
+const benchTTL = 10 * time.Second
+
+// drainTimeout bounds how long a pair still in flight when a run's window closes may take
+// before it is canceled.
+const drainTimeout = 10 * time.Second
+
+// benchConfig is everything `coord bench lock` can be told.
+type benchConfig struct {
+	clients    []int
+	targets    []string
+	duration   time.Duration
+	warmup     time.Duration
+	serverURL  string
+	redisAddr  string
+	dataDir    string
+	asJSON     bool
+	cpuProfile string
+}
+
+// allTargets lists every target in the order they run.
+func allTargets() []string {
+	return []string{targetServiceRedis, targetServiceSQLite, targetRedsync}
+}
+
+// parseBenchFlags parses and checks the flags of `coord bench lock`.
+func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
+	fs := flag.NewFlagSet("bench lock", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = config.Usage(fs, "coord bench lock [flags]")
+	var cfg benchConfig
+	clients := fs.String("clients", "1,16,64", "comma-separated numbers of concurrent clients, one run each")
+	targets := fs.String("targets", strings.Join(allTargets(), ","), "comma-separated targets to measure")
+	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured length of each run")
+	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
+	fs.StringVar(&cfg.serverURL, "server", "", "base URL of a running coordkit service; empty starts one in-process")
+	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis host:port for redsync and the in-process service")
+	fs.StringVar(&cfg.dataDir, "data-dir", "", "SQLite directory of the in-process service; empty means a temporary one")
+	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
+	if err := config.Parse(fs, args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.clients, err = parseClients(*clients); err != nil {
+		return cfg, err
+	}
+	if cfg.targets, err = parseTargets(*targets); err != nil {
+		return cfg, err
+	}
+	if cfg.duration <= 0 {
+		return cfg, fmt.Errorf("bench: --duration %v must be positive", cfg.duration)
+	}
+	if cfg.warmup < 0 {
+		return cfg, fmt.Errorf("bench: --warmup %v must not be negative", cfg.warmup)
+	}
+	return cfg, nil
+}
+
+// parseClients parses a comma-separated list of positive client counts.
+func parseClients(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bench: --clients: %q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseTargets parses a comma-separated list of known target names, keeping their order.
+func parseTargets(s string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		name := strings.TrimSpace(f)
+		if !slices.Contains(allTargets(), name) {
+			return nil, fmt.Errorf("bench: --targets: unknown target %q (known: %s)", name, strings.Join(allTargets(), ", "))
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// benchLock implements `coord bench lock`: it measures acquire+release pairs per second and
+// the latency of one pair on every selected target at every client count, one run at a
+// time, and prints a table (or JSON) with the service-to-redsync throughput ratios.
+func benchLock(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseBenchFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	pairs, closeTargets, err := openTargets(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	results, runErr := profiled(cfg.cpuProfile, func() ([]runResult, error) {
+		return runAll(ctx, cfg, pairs, stderr)
+	})
+	closeErr := closeTargets()
+	if err := writeReport(stdout, results, cfg.asJSON); err != nil {
+		return errors.Join(err, runErr, closeErr)
+	}
+	return errors.Join(runErr, closeErr)
+}
+
+// profiled runs fn, under a CPU profile written to path unless path is empty.
+func profiled(path string, fn func() ([]runResult, error)) ([]runResult, error) {
+	if path == "" {
+		return fn()
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+	}
+	results, err := fn()
+	pprof.StopCPUProfile()
+	if cerr := f.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("bench: --cpuprofile: %w", cerr))
+	}
+	return results, err
+}
+
+// runAll measures every target at every client count, one run after another with a garbage
+// collection in between, and stops early when ctx ends.
+func runAll(ctx context.Context, cfg benchConfig, pairs map[string]pairFunc, stderr io.Writer) ([]runResult, error) {
+	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var results []runResult
+	for _, target := range cfg.targets {
+		for _, n := range cfg.clients {
+			runtime.GC()
+			run := fmt.Sprintf("%s.%s.c%d", stamp, target, n)
+			r := runLoad(ctx, pairs[target], run, n, cfg.warmup, cfg.duration)
+			r.Target = target
+			if ctx.Err() != nil {
+				return results, fmt.Errorf("bench: %w", context.Cause(ctx))
+			}
+			if r.Errors > 0 {
+				fmt.Fprintf(stderr, "bench: %s at %d clients: %d errors, first: %s\n", target, n, r.Errors, r.FirstError)
+			}
+			results = append(results, r)
+		}
+	}
+	return results, nil
+}
+
+// pairFunc acquires and then releases the lock on key once; any failure, including a lock
+// that was not acquired or not released, is an error.
+type pairFunc func(ctx context.Context, key string) error
+
+// openTargets prepares the selected targets: it starts the in-process service unless
+// --server names one, and connects to Redis for redsync. It returns a pair function per
+// target and the function that stops and closes everything it opened.
+func openTargets(ctx context.Context, cfg benchConfig) (map[string]pairFunc, func() error, error) {
+	var closers []func() error
+	closeAll := func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		return errors.Join(errs...)
+	}
+	pairs := map[string]pairFunc{}
+	if slices.Contains(cfg.targets, targetServiceRedis) || slices.Contains(cfg.targets, targetServiceSQLite) {
+		url := cfg.serverURL
+		if url == "" {
+			u, stop, err := startService(ctx, cfg)
+			if err != nil {
+				return nil, nil, errors.Join(err, closeAll())
+			}
+			url = u
+			closers = append(closers, stop)
+		}
+		c := client.New(url)
+		pairs[targetServiceRedis] = servicePair(c, "redis")
+		pairs[targetServiceSQLite] = servicePair(c, "sqlite")
+	}
+	if slices.Contains(cfg.targets, targetRedsync) {
+		pair, closeRedis, err := openRedsync(ctx, cfg.redisAddr, slices.Max(cfg.clients))
+		if err != nil {
+			return nil, nil, errors.Join(err, closeAll())
+		}
+		closers = append(closers, closeRedis)
+		pairs[targetRedsync] = pair
+	}
+	return pairs, closeAll, nil
+}
+
+// startService starts the lock service in-process on a loopback port with the same
+// bootstrap as `coord serve` and returns its base URL and the function that shuts it down
+// and removes its temporary data directory.
+func startService(ctx context.Context, cfg benchConfig) (string, func() error, error) {
+	dataDir, removeDir := cfg.dataDir, func() error { return nil }
+	if dataDir == "" {
+		dir, err := os.MkdirTemp("", "coord-bench-")
+		if err != nil {
+			return "", nil, fmt.Errorf("bench: %w", err)
+		}
+		dataDir, removeDir = dir, func() error { return os.RemoveAll(dir) }
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, errors.Join(fmt.Errorf("bench: %w", err), removeDir())
+	}
+	scfg := serveConfig{addr: ln.Addr().String(), dataDir: dataDir, logLevel: "error", logFormat: "text"}
+	if slices.Contains(cfg.targets, targetServiceRedis) {
+		scfg.redisAddr = cfg.redisAddr
+	}
+	srv, closeBackends, err := newServer(ctx, scfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return "", nil, errors.Join(fmt.Errorf("bench: start service: %w", err), ln.Close(), removeDir())
+	}
+	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(serveCtx, ln) }()
+	stop := func() error {
+		cancel()
+		err := <-errc
+		closeBackends()
+		if err != nil {
+			err = fmt.Errorf("bench: service: %w", err)
+		}
+		return errors.Join(err, removeDir())
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// servicePair returns a pair function that acquires and releases through the lock service
+// on the named backend.
+func servicePair(c *client.Client, backend string) pairFunc {
+	ttl := durationpb.New(benchTTL)
+	return func(ctx context.Context, key string) error {
+		res, err := c.Locks().Acquire(ctx, &lockv1.AcquireRequest{Key: key, Backend: backend, Ttl: ttl})
+		if err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		if !res.GetAcquired() {
+			return fmt.Errorf("acquire %s: not acquired", key)
+		}
+		rel, err := c.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Backend: backend, Owner: res.GetLease().GetOwner()})
+		if err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		if !rel.GetReleased() {
+			return fmt.Errorf("release %s: not released", key)
+		}
+		return nil
+	}
+}
+
+// openRedsync connects a go-redis client with room for poolSize concurrent callers and
+// returns a pair function that locks and unlocks with redsync on it, and the client's Close.
+func openRedsync(ctx context.Context, addr string, poolSize int) (pairFunc, func() error, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: max(poolSize, 10)})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("bench: --redis-addr %s: %w", addr, err), rdb.Close())
+	}
+	rs := redsync.New(goredsync.NewPool(rdb))
+	pair := func(ctx context.Context, key string) error {
+		m := rs.NewMutex(key, redsync.WithExpiry(benchTTL), redsync.WithTries(1))
+		if err := m.LockContext(ctx); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		ok, err := m.UnlockContext(ctx)
+		if err != nil {
+			return fmt.Errorf("unlock: %w", err)
+		}
+		if !ok {
+			return fmt.Errorf("unlock %s: not released", key)
+		}
+		return nil
+	}
+	return pair, rdb.Close, nil
+}
+
+// runLoad runs pair from clients goroutines, each on its own key bench:<run>:<i>, for warmup
+// and then duration, and summarizes the pairs that completed inside the measured window.
+// Every goroutine stops starting pairs when the window closes or ctx ends.
+func runLoad(ctx context.Context, pair pairFunc, run string, clients int, warmup, duration time.Duration) runResult {
+	from := time.Now().Add(warmup)
+	end := from.Add(duration)
+	runCtx, cancel := context.WithDeadline(ctx, end.Add(drainTimeout))
+	defer cancel()
+
+	samples := make([]workerResult, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		key := fmt.Sprintf("bench:%s:%d", run, i)
+		wg.Go(func() { samples[i] = worker(runCtx, pair, key, from, end) })
+	}
+	wg.Wait()
+	return summarize(samples, clients, duration)
+}
+
+// workerResult is what one client goroutine measured.
+type workerResult struct {
+	latencies []time.Duration
+	errors    int
+	firstErr  error
+}
+
+// worker runs pair on key back to back until end or ctx ends, and keeps the latencies and
+// errors of the pairs that completed inside [from, end].
+func worker(ctx context.Context, pair pairFunc, key string, from, end time.Time) workerResult {
+	var r workerResult
+	for ctx.Err() == nil {
+		start := time.Now()
+		if !start.Before(end) {
+			break
+		}
+		err := pair(ctx, key)
+		done := time.Now()
+		if done.Before(from) || done.After(end) {
+			continue
+		}
+		if err != nil {
+			r.errors++
+			if r.firstErr == nil {
+				r.firstErr = err
+			}
+			continue
+		}
+		r.latencies = append(r.latencies, done.Sub(start))
+	}
+	return r
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// runResult summarizes one run: one target at one number of concurrent clients.
+type runResult struct {
+	Target      string        `json:"target"`
+	Clients     int           `json:"clients"`
+	Pairs       int           `json:"pairs"`
+	PairsPerSec float64       `json:"pairs_per_sec"`
+	P50         time.Duration `json:"p50_ns"`
+	P99         time.Duration `json:"p99_ns"`
+	Max         time.Duration `json:"max_ns"`
+	Errors      int           `json:"errors"`
+	FirstError  string        `json:"first_error,omitempty"`
+}
+
+// ratio compares service/redis with redsync/redis at one client count.
+type ratio struct {
+	Clients int     `json:"clients"`
+	Ratio   float64 `json:"ratio"`
+}
+
+// summarize merges the workers' samples of a run that measured for duration.
+func summarize(samples []workerResult, clients int, duration time.Duration) runResult {
+	r := runResult{Clients: clients}
+	var all []time.Duration
+	for _, s := range samples {
+		all = append(all, s.latencies...)
+		r.Errors += s.errors
+		if r.FirstError == "" && s.firstErr != nil {
+			r.FirstError = s.firstErr.Error()
+		}
+	}
+	slices.Sort(all)
+	r.Pairs = len(all)
+	r.PairsPerSec = float64(len(all)) / duration.Seconds()
+	r.P50 = percentile(all, 0.50)
+	r.P99 = percentile(all, 0.99)
+	if len(all) > 0 {
+		r.Max = all[len(all)-1]
+	}
+	return r
+}
+
+// percentile returns the nearest-rank p-quantile (0 < p <= 1) of sorted, or 0 when it is
+// empty.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// ratios returns, for every client count measured on both, service/redis pairs/s divided by
+// redsync/redis pairs/s, in the order of the service's runs.
+func ratios(results []runResult) []ratio {
+	peer := map[int]float64{}
+	for _, r := range results {
+		if r.Target == targetRedsync {
+			peer[r.Clients] = r.PairsPerSec
+		}
+	}
+	var out []ratio
+	for _, r := range results {
+		p, ok := peer[r.Clients]
+		if r.Target != targetServiceRedis || !ok {
+			continue
+		}
+		q := math.NaN()
+		if p > 0 {
+			q = r.PairsPerSec / p
+		}
+		out = append(out, ratio{Clients: r.Clients, Ratio: q})
+	}
+	return out
+}
+
+// writeReport prints the results as a table followed by the ratio lines, or as one JSON
+// object when asJSON is set.
+func writeReport(w io.Writer, results []runResult, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, results)
+	}
+	return writeTable(w, results)
+}
+
+// writeTable prints one row per run and then one ratio line per client count.
+func writeTable(w io.Writer, results []runResult) error {
+	// Numbers align right; the target names are padded so that they align left.
+	width := len("target")
+	for _, r := range results {
+		width = max(width, len(r.Target))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\tclients\tpairs\tpairs/s\tp50\tp99\tmax\terrors\t\n", width, "target")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t\n", width, r.Target, r.Clients, r.Pairs, r.PairsPerSec,
+			fmtLatency(r.P50), fmtLatency(r.P99), fmtLatency(r.Max), r.Errors)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	for _, q := range ratios(results) {
+		if _, err := fmt.Fprintf(w, "ratio %s ÷ %s at %d clients: %.2f\n", targetServiceRedis, targetRedsync, q.Clients, q.Ratio); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeJSON prints the results and ratios as one indented JSON object; durations are in
+// nanoseconds and a ratio without a peer measurement is omitted.
+func writeJSON(w io.Writer, results []runResult) error {
+	qs := slices.DeleteFunc(ratios(results), func(q ratio) bool { return math.IsNaN(q.Ratio) })
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	err := enc.Encode(struct {
+		Results []runResult `json:"results"`
+		Ratios  []ratio     `json:"ratios"`
+	}{results, qs})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}
+
+// fmtLatency rounds d for the table: to the microsecond, or to 0.1ms from 10ms up.
+func fmtLatency(d time.Duration) string {
+	if d >= 10*time.Millisecond {
+		return d.Round(100 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/libs/config"
+	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	"github.com/coordkit/coordkit/services/lock"
+	"github.com/coordkit/coordkit/services/lock/redislock"
+	"github.com/coordkit/coordkit/services/lock/sqllock"
+)
+
+// serveConfig is everything `coord serve` can be told.
+type serveConfig struct {
+	addr           string
+	dataDir        string
+	redisAddr      string
+	defaultBackend string
+	logLevel       string
+	logFormat      string
+}
+
+func (c *serveConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to serve HTTP/1.1, h2c, Connect, gRPC and gRPC-Web on")
+	fs.StringVar(&c.dataDir, "data-dir", "./coordkit-data", "directory of the embedded SQLite store")
+	fs.StringVar(&c.redisAddr, "redis-addr", "", "Redis host:port; enables the redis lock backend")
+	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: redis when enabled, else sqlite)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+}
+
+func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = config.Usage(fs, "coord serve [flags]")
+	var cfg serveConfig
+	cfg.register(fs)
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	logger, err := newLogger(stderr, cfg.logLevel, cfg.logFormat)
+	if err != nil {
+		return err
+	}
+	srv, closeAll, err := newServer(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	return srv.ListenAndServe(ctx)
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is neither text nor json", format)
+}
+
+// newServer opens the configured backends and returns a server with every service mounted,
+// and the function that closes what it opened.
+func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*server.Server, func(), error) {
+	var closers []func() error
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			if err := closers[i](); err != nil {
+				logger.Warn("close", "error", err)
+			}
+		}
+	}
+	fail := func(err error) (*server.Server, func(), error) {
+		closeAll()
+		return nil, nil, err
+	}
+
+	backends := map[string]lock.Backend{}
+	sq, err := sqllock.OpenSQLite(ctx, filepath.Join(cfg.dataDir, "locks.db"))
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, sq.Close)
+	backends["sqlite"] = sq
+	def := "sqlite"
+
+	if cfg.redisAddr != "" {
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 256, MaxRetries: -1})
+		closers = append(closers, rdb.Close)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fail(fmt.Errorf("--redis-addr %s: %w", cfg.redisAddr, err))
+		}
+		backends["redis"] = redislock.New(rdb, "")
+		def = "redis"
+	}
+	if cfg.defaultBackend != "" {
+		def = cfg.defaultBackend
+	}
+
+	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger})
+	svc, err := lock.NewService(lock.Config{
+		Backends: backends, Default: def, Registerer: srv.Registry(), Logger: logger,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("--default-backend: %w", err))
+	}
+	srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
+	logger.Info("lock backends", "enabled", strings.Join(slices.Sorted(maps.Keys(backends)), ","), "default", def)
+	return srv, closeAll, nil
+}
