@@ -8,6 +8,10 @@
 set -euo pipefail
 
 REDIS_PORT=${COORDKIT_DEV_REDIS_PORT:-6379}
+REDLOCK_PORTS=${COORDKIT_DEV_REDLOCK_PORTS:-"6380 6381 6382"}
+ZK_PORT=${COORDKIT_DEV_ZK_PORT:-2181}
+ZK_DIR=${COORDKIT_DEV_ZK_DIR:-/var/lib/coordkit/zookeeper}
+MYSQL_DATABASE=${COORDKIT_DEV_MYSQL_DATABASE:-coordkit}
 
 log() { printf 'backends: %s\n' "$*" >&2; }
 
@@ -50,6 +54,50 @@ redis_up() {
   wait_for "redis:$port" redis_ok "$port"
 }
 
+mysql_ok() { mariadb -h 127.0.0.1 -P 3306 -uroot -e 'SELECT 1' >/dev/null 2>&1; }
+
+mysql_up() {
+  if ! { command -v mariadb >/dev/null && mysql_ok; }; then
+    command -v mariadbd >/dev/null || apt_install mariadb-server mariadb-client
+    log "starting mariadb on 127.0.0.1:3306"
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+    wait_for mariadb mysql_ok
+  fi
+  # Parallel test instances each keep a connection pool: leave them room.
+  mariadb -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS \`$MYSQL_DATABASE\`;
+    SET GLOBAL max_connections = GREATEST(@@GLOBAL.max_connections, 512)"
+}
+
+zk_ok() {
+  local reply
+  reply=$( (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf ruok >&3 && timeout 2 cat <&3) 2>/dev/null) || return 1
+  [ "$reply" = imok ]
+}
+
+zk_up() {
+  if zk_ok; then return 0; fi
+  [ -x /usr/share/zookeeper/bin/zkServer.sh ] || apt_install zookeeperd
+  log "starting zookeeper on 127.0.0.1:$ZK_PORT (data in $ZK_DIR)"
+  mkdir -p "$ZK_DIR/data"
+  # No admin server: it would take port 8080, coord serve's default.
+  cat > "$ZK_DIR/zoo.cfg" <<CFG
+tickTime=1000
+initLimit=10
+syncLimit=5
+dataDir=$ZK_DIR/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+minSessionTimeout=2000
+maxSessionTimeout=60000
+4lw.commands.whitelist=ruok,stat,srvr
+CFG
+  (cd "$ZK_DIR" && ZOO_LOG_DIR="$ZK_DIR" ZOOPIDFILE="$ZK_DIR/zk.pid" \
+    /usr/share/zookeeper/bin/zkServer.sh start "$ZK_DIR/zoo.cfg" >/dev/null 2>&1)
+  wait_for zookeeper zk_ok
+}
+
 status_line() {
   if "${@:2}"; then printf '%-22s up\n' "$1"; else printf '%-22s DOWN\n' "$1"; return 1; fi
 }
@@ -57,11 +105,19 @@ status_line() {
 case "${1:-}" in
   up)
     redis_up "$REDIS_PORT"
+    for port in $REDLOCK_PORTS; do redis_up "$port"; done
+    mysql_up
+    zk_up
     log "all backends answer"
     ;;
   status)
     rc=0
     status_line "redis 127.0.0.1:$REDIS_PORT" redis_ok "$REDIS_PORT" || rc=1
+    for port in $REDLOCK_PORTS; do
+      status_line "redlock 127.0.0.1:$port" redis_ok "$port" || rc=1
+    done
+    status_line "mariadb 127.0.0.1:3306" mysql_ok || rc=1
+    status_line "zookeeper 127.0.0.1:$ZK_PORT" zk_ok || rc=1
     exit $rc
     ;;
   *)

@@ -6,7 +6,6 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +15,7 @@ import (
 
 // RedisAddr is the Redis the tests use: $COORDKIT_TEST_REDIS_ADDR or 127.0.0.1:6379.
 func RedisAddr() string {
-	if a := os.Getenv("COORDKIT_TEST_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
+	return env("COORDKIT_TEST_REDIS_ADDR", "127.0.0.1:6379")
 }
 
 // Redis returns a client of the test Redis at addr (RedisAddr when empty), closed when the

@@ -78,6 +78,18 @@ type Backend interface {
 	Close() error
 }
 
+// FairBackend is implemented by engines that queue waiters natively, such as ZooKeeper's
+// sequential nodes where each waiter watches only its predecessor: first come, first served,
+// and a release wakes exactly one waiter. The service hands such an engine the whole wait
+// instead of polling TryAcquire.
+type FairBackend interface {
+	Backend
+	// AcquireWait is TryAcquire that waits in line up to wait (or until ctx ends) while the
+	// lock is taken; when the wait passes it leaves the line and reports the holder, not an
+	// error.
+	AcquireWait(ctx context.Context, key, owner string, ttl, wait time.Duration) (Attempt, error)
+}
+
 // Unavailable wraps an engine error as ErrUnavailable, unless it is the context's own
 // ending, which is returned as is so the caller sees canceled or deadline exceeded.
 func Unavailable(ctx context.Context, engine string, err error) error {

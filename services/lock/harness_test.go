@@ -32,6 +32,9 @@ type backendCase struct {
 
 var backends = []backendCase{
 	{name: "redis", store: redisStore},
+	{name: "redlock", store: redlockStore},
+	{name: "zookeeper", store: zookeeperStore},
+	{name: "mysql", store: mysqlStore},
 	{name: "sqlite", store: sqliteStore},
 }
 

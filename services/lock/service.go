@@ -164,6 +164,14 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owne
 	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(until) {
 		until = d.Add(-deadlineMargin)
 	}
+	if fb, ok := b.(FairBackend); ok && wait > 0 {
+		att, err := fb.AcquireWait(ctx, key, owner, ttl, max(time.Until(until), 0))
+		s.metrics.waited.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		if err == nil && !att.Acquired {
+			s.metrics.contention.WithLabelValues(name).Inc()
+		}
+		return att, err
+	}
 	for attempt := 1; ; attempt++ {
 		att, err := b.TryAcquire(ctx, key, owner, ttl)
 		if err != nil || att.Acquired {

@@ -3,9 +3,11 @@ package sqllock
 // Dialect holds the few SQL fragments that differ between engines; everything else in this
 // package is shared, so a fix to the locking logic lands for every SQL engine at once.
 type Dialect struct {
-	// Name labels errors and metrics ("sqlite", "mysql").
+	// Name labels errors ("sqlite", "mysql").
 	Name string
-	// Schema creates the lock table; each statement must be idempotent.
+	// Schema creates the lock table; each statement must be idempotent. The table is
+	// coordkit_locks(scope, lock_key, owner, hold_count, fencing_token, expires_at) with the
+	// primary key (scope, lock_key): the unique key that makes two holders impossible.
 	Schema []string
 	// NowMillis is an expression for the database's clock in Unix milliseconds: the database,
 	// never a service instance's clock, decides expiry.
@@ -22,13 +24,34 @@ type Dialect struct {
 var SQLite = Dialect{
 	Name: "sqlite",
 	Schema: []string{`CREATE TABLE IF NOT EXISTS coordkit_locks (
-		lock_key      TEXT    NOT NULL PRIMARY KEY,
+		scope         TEXT    NOT NULL,
+		lock_key      TEXT    NOT NULL,
 		owner         TEXT    NOT NULL DEFAULT '',
 		hold_count    INTEGER NOT NULL DEFAULT 0,
 		fencing_token INTEGER NOT NULL DEFAULT 0,
-		expires_at    INTEGER NOT NULL DEFAULT 0
+		expires_at    INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (scope, lock_key)
 	) WITHOUT ROWID`},
 	NowMillis:    "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
 	ForUpdate:    "",
 	InsertIgnore: "INSERT OR IGNORE",
+}
+
+// MySQL is the dialect of MySQL 8 and MariaDB 10.6+ (InnoDB). Keys are VARBINARY so that
+// they compare byte for byte: no collation folds case or ignores trailing spaces, which would
+// make two different keys one lock.
+var MySQL = Dialect{
+	Name: "mysql",
+	Schema: []string{`CREATE TABLE IF NOT EXISTS coordkit_locks (
+		scope         VARBINARY(64)   NOT NULL,
+		lock_key      VARBINARY(512)  NOT NULL,
+		owner         VARBINARY(128)  NOT NULL DEFAULT '',
+		hold_count    INT UNSIGNED    NOT NULL DEFAULT 0,
+		fencing_token BIGINT UNSIGNED NOT NULL DEFAULT 0,
+		expires_at    BIGINT          NOT NULL DEFAULT 0,
+		PRIMARY KEY (scope, lock_key)
+	) ENGINE=InnoDB`},
+	NowMillis:    "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+	ForUpdate:    " FOR UPDATE",
+	InsertIgnore: "INSERT IGNORE",
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // OpenSQLite opens (creating if needed) the SQLite lock database at path, in WAL mode with
-// IMMEDIATE transactions and a busy timeout, and returns a backend on it that owns the
-// database handle.
+// IMMEDIATE transactions and a busy timeout, and returns a backend on it (DefaultScope) that
+// owns the database handle.
 func OpenSQLite(ctx context.Context, path string) (*Backend, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("sqllock: %w", err)
@@ -30,7 +30,7 @@ func OpenSQLite(ctx context.Context, path string) (*Backend, error) {
 	// One connection: SQLite runs one writer at a time anyway, and a single connection makes
 	// writers of this process queue in Go instead of sleeping in SQLite's busy handler.
 	db.SetMaxOpenConns(1)
-	b, err := New(ctx, db, SQLite)
+	b, err := New(ctx, db, SQLite, "")
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -4,7 +4,8 @@
 // row, decides in Go and writes back: no transaction is ever held open for a lease.
 //
 // A released lock keeps its row (owner empty) so the fencing counter survives; rows are
-// small, one per key ever locked.
+// small, one per key ever locked. A scope column lets several coordkit deployments share one
+// database without sharing locks.
 package sqllock
 
 import (
@@ -21,29 +22,39 @@ import (
 type Backend struct {
 	db     *sql.DB
 	d      Dialect
+	scope  string
 	ownsDB bool
 
-	selectRow, insertRow, update string
+	lockRow, inspectRow, insertRow, update string
 }
 
 var _ lock.Backend = (*Backend)(nil)
 
-// New creates the schema if needed and returns a backend on db. The caller keeps ownership of
-// db.
-func New(ctx context.Context, db *sql.DB, d Dialect) (*Backend, error) {
+// DefaultScope is the scope of a backend whose caller names none.
+const DefaultScope = "default"
+
+// New creates the schema if needed and returns a backend on db whose locks live in scope
+// (DefaultScope when empty). The caller keeps ownership of db.
+func New(ctx context.Context, db *sql.DB, d Dialect, scope string) (*Backend, error) {
+	if scope == "" {
+		scope = DefaultScope
+	}
 	for _, stmt := range d.Schema {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return nil, fmt.Errorf("sqllock: %s schema: %w", d.Name, err)
 		}
 	}
+	const where = " FROM coordkit_locks WHERE scope = ? AND lock_key = ?"
+	cols := "SELECT owner, hold_count, fencing_token, expires_at, " + d.NowMillis
 	return &Backend{
-		db: db,
-		d:  d,
-		selectRow: "SELECT owner, hold_count, fencing_token, expires_at, " + d.NowMillis +
-			" FROM coordkit_locks WHERE lock_key = ?" + d.ForUpdate,
-		insertRow: d.InsertIgnore + " INTO coordkit_locks (lock_key) VALUES (?)",
+		db:         db,
+		d:          d,
+		scope:      scope,
+		lockRow:    cols + where + d.ForUpdate,
+		inspectRow: cols + where,
+		insertRow:  d.InsertIgnore + " INTO coordkit_locks (scope, lock_key) VALUES (?, ?)",
 		update: "UPDATE coordkit_locks SET owner = ?, hold_count = ?, fencing_token = ?, expires_at = ?" +
-			" WHERE lock_key = ?",
+			" WHERE scope = ? AND lock_key = ?",
 	}, nil
 }
 
@@ -70,24 +81,44 @@ func (r row) state() lock.State {
 	}
 }
 
-// inTx runs fn in one short transaction on the key's row, creating the row when create is
-// set, and commits when fn returns no error. fn returns the row to write back, or nil.
+// inTx runs fn in one short transaction that holds the key's row lock, and commits when fn
+// returns no error. fn returns the row to write back, or nil.
+//
+// A key seen for the first time gets its row from a separate INSERT IGNORE before the
+// transaction is tried again: inserting inside the transaction would let two first-time
+// acquirers deadlock on InnoDB's gap locks. With the row in place, every transaction locks
+// exactly one existing row, so transactions on one key queue and never deadlock.
 func (b *Backend) inTx(ctx context.Context, key string, create bool, fn func(r row) (*row, error)) error {
+	err := b.tryTx(ctx, key, fn, !create)
+	if !errors.Is(err, errNoRow) {
+		return err
+	}
+	if _, err := b.db.ExecContext(ctx, b.insertRow, b.scope, key); err != nil {
+		return lock.Unavailable(ctx, b.d.Name, err)
+	}
+	if err := b.tryTx(ctx, key, fn, false); !errors.Is(err, errNoRow) {
+		return err
+	}
+	return fmt.Errorf("sqllock: %s: row of key %q missing right after it was inserted", b.d.Name, key)
+}
+
+// errNoRow makes inTx create the missing row and try again.
+var errNoRow = errors.New("sqllock: no row")
+
+// tryTx is one transaction of inTx. A missing row is errNoRow, or a free row (token 0) when
+// freeIfMissing.
+func (b *Backend) tryTx(ctx context.Context, key string, fn func(r row) (*row, error), freeIfMissing bool) error {
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return lock.Unavailable(ctx, b.d.Name, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	r, err := b.read(ctx, tx, key)
-	if errors.Is(err, sql.ErrNoRows) && create {
-		if _, err = tx.ExecContext(ctx, b.insertRow, key); err != nil {
-			return lock.Unavailable(ctx, b.d.Name, err)
-		}
-		r, err = b.read(ctx, tx, key)
-	}
+	r, err := b.read(ctx, tx, b.lockRow, key)
 	switch {
+	case errors.Is(err, sql.ErrNoRows) && !freeIfMissing:
+		return errNoRow
 	case errors.Is(err, sql.ErrNoRows):
-		r = row{} // never locked: free, token 0
+		r = row{} // never locked: free; Release and Renew fail on it without writing
 	case err != nil:
 		return lock.Unavailable(ctx, b.d.Name, err)
 	}
@@ -96,7 +127,7 @@ func (b *Backend) inTx(ctx context.Context, key string, create bool, fn func(r r
 		return err
 	}
 	if next != nil {
-		if _, err := tx.ExecContext(ctx, b.update, next.owner, next.holds, next.token, next.expiresAt, key); err != nil {
+		if _, err := tx.ExecContext(ctx, b.update, next.owner, next.holds, next.token, next.expiresAt, b.scope, key); err != nil {
 			return lock.Unavailable(ctx, b.d.Name, err)
 		}
 	}
@@ -108,9 +139,9 @@ func (b *Backend) inTx(ctx context.Context, key string, create bool, fn func(r r
 
 func (b *Backend) read(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, key string) (row, error) {
+}, query, key string) (row, error) {
 	var r row
-	err := q.QueryRowContext(ctx, b.selectRow, key).Scan(&r.owner, &r.holds, &r.token, &r.expiresAt, &r.now)
+	err := q.QueryRowContext(ctx, query, b.scope, key).Scan(&r.owner, &r.holds, &r.token, &r.expiresAt, &r.now)
 	return r, err
 }
 
@@ -173,7 +204,7 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 
 // Inspect implements lock.Backend.
 func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
-	r, err := b.read(ctx, b.db, key)
+	r, err := b.read(ctx, b.db, b.inspectRow, key)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return lock.State{}, nil
