@@ -1,0 +1,242 @@
+package idgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/coordkit/coordkit/libs/server"
+	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
+	"github.com/coordkit/coordkit/services/idgen/redisincr"
+	"github.com/coordkit/coordkit/services/idgen/segment"
+	"github.com/coordkit/coordkit/services/idgen/snowflake"
+	"github.com/coordkit/coordkit/services/idgen/workerid"
+)
+
+// Config configures a Service. UUID modes need nothing; every other mode is enabled by its
+// engine, and a request for a mode whose engine is nil is invalid_argument naming mode.
+type Config struct {
+	// Snowflake enables MODE_SNOWFLAKE.
+	Snowflake Snowflake
+	// Segments enables MODE_SEGMENT and the tag admin RPCs.
+	Segments Segments
+	// RedisIncr enables MODE_REDIS_INCR.
+	RedisIncr Sequence
+	// Clock is the time Decode compares IDs with; default time.Now.
+	Clock func() time.Time
+	// Registerer receives the ID metrics; nil keeps them unregistered.
+	Registerer prometheus.Registerer
+	// Logger logs what an operator should see; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service implements coordkit.idgen.v1.IdService.
+type Service struct {
+	sources  map[idgenv1.Mode]source
+	segments Segments
+	clock    func() time.Time
+	metrics  *metrics
+	log      *slog.Logger
+	closers  []func() error // engines and stores, closed in reverse order
+}
+
+var _ idgenv1connect.IdServiceHandler = (*Service)(nil)
+
+// source makes n IDs of one mode as strings: every mode goes through the same batch path.
+type source func(ctx context.Context, tag string, n int) ([]string, error)
+
+// NewService returns the service over the configured engines. Close closes those engines
+// that have a Close method.
+func NewService(cfg Config) *Service {
+	s := &Service{
+		sources: map[idgenv1.Mode]source{
+			idgenv1.Mode_MODE_UUID_V4: uuids(uuid.NewRandom),
+			idgenv1.Mode_MODE_UUID_V7: uuids(uuid.NewV7),
+		},
+		segments: cfg.Segments,
+		clock:    cfg.Clock,
+		metrics:  newMetrics(cfg.Registerer),
+		log:      cfg.Logger,
+	}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if cfg.Snowflake != nil {
+		g := cfg.Snowflake
+		s.sources[idgenv1.Mode_MODE_SNOWFLAKE] = numeric(func(ctx context.Context, _ string, n int) ([]int64, error) {
+			return g.Next(ctx, n)
+		})
+	}
+	if cfg.Segments != nil {
+		s.sources[idgenv1.Mode_MODE_SEGMENT] = numeric(cfg.Segments.Next)
+	}
+	if cfg.RedisIncr != nil {
+		s.sources[idgenv1.Mode_MODE_REDIS_INCR] = numeric(cfg.RedisIncr.Next)
+	}
+	// Snowflake last: its Close releases the worker-id lease, which needs its store open.
+	for _, e := range []any{cfg.Snowflake, cfg.RedisIncr, cfg.Segments} {
+		if c, ok := e.(interface{ Close() error }); ok {
+			s.closers = append(s.closers, c.Close)
+		}
+	}
+	return s
+}
+
+// Close stops the engines (background reservations, lease renewal, releasing the worker id)
+// and closes the stores Open opened.
+func (s *Service) Close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+func uuids(gen func() (uuid.UUID, error)) source {
+	return func(_ context.Context, _ string, n int) ([]string, error) {
+		out := make([]string, n)
+		for i := range out {
+			u, err := gen()
+			if err != nil {
+				return nil, fmt.Errorf("idgen: uuid: %w", err)
+			}
+			out[i] = u.String()
+		}
+		return out, nil
+	}
+}
+
+// numeric formats a numeric engine's IDs as decimal strings, which JSON clients read without
+// losing precision.
+func numeric(next func(ctx context.Context, tag string, n int) ([]int64, error)) source {
+	return func(ctx context.Context, tag string, n int) ([]string, error) {
+		ids, err := next(ctx, tag, n)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]string, len(ids))
+		for i, id := range ids {
+			out[i] = strconv.FormatInt(id, 10)
+		}
+		return out, nil
+	}
+}
+
+// Next implements IdServiceHandler.
+func (s *Service) Next(ctx context.Context, req *idgenv1.NextRequest) (*idgenv1.NextResponse, error) {
+	p, err := parseNext(req)
+	if err != nil {
+		return nil, err
+	}
+	src, ok := s.sources[p.mode]
+	if !ok {
+		return nil, invalid("mode", "%s is not configured on this service", p.mode)
+	}
+	ids, err := src(ctx, p.tag, p.count)
+	mode := p.mode.String()
+	if err != nil {
+		s.metrics.errors.WithLabelValues(mode).Inc()
+		return nil, toConnect(err, p.tag)
+	}
+	s.metrics.issued.WithLabelValues(mode).Add(float64(len(ids)))
+	return &idgenv1.NextResponse{Ids: ids}, nil
+}
+
+// Decode implements IdServiceHandler.
+func (s *Service) Decode(_ context.Context, req *idgenv1.DecodeRequest) (*idgenv1.DecodeResponse, error) {
+	id, err := snowflake.Parse(req.GetId())
+	if err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	d, err := snowflake.Decode(id, s.clock())
+	if err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	return &idgenv1.DecodeResponse{
+		Time: timestamppb.New(d.Time), WorkerId: uint32(d.Worker), Sequence: uint32(d.Sequence),
+	}, nil
+}
+
+// CreateTag implements IdServiceHandler.
+func (s *Service) CreateTag(ctx context.Context, req *idgenv1.CreateTagRequest) (*idgenv1.CreateTagResponse, error) {
+	p, err := parseCreateTag(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.segments == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("idgen: segment mode is not configured on this service"))
+	}
+	t, err := s.segments.CreateTag(ctx, p.tag, p.start, p.step, p.description)
+	if err != nil {
+		return nil, toConnect(err, p.tag)
+	}
+	s.log.InfoContext(ctx, "idgen: created segment tag", "tag", p.tag, "start", p.start, "step", p.step)
+	return &idgenv1.CreateTagResponse{Tag: tagToProto(t)}, nil
+}
+
+// ListTags implements IdServiceHandler.
+func (s *Service) ListTags(ctx context.Context, _ *idgenv1.ListTagsRequest) (*idgenv1.ListTagsResponse, error) {
+	if s.segments == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("idgen: segment mode is not configured on this service"))
+	}
+	tags, err := s.segments.Tags(ctx)
+	if err != nil {
+		return nil, toConnect(err, "")
+	}
+	out := &idgenv1.ListTagsResponse{Tags: make([]*idgenv1.TagState, len(tags))}
+	for i, t := range tags {
+		out.Tags[i] = tagToProto(t)
+	}
+	return out, nil
+}
+
+func tagToProto(t segment.TagState) *idgenv1.TagState {
+	out := &idgenv1.TagState{
+		Tag: t.Tag.Tag, MaxId: t.MaxID, Step: t.Step, Description: t.Description,
+		UpdatedAt: timestamppb.New(t.UpdatedAt), DynamicStep: t.Step,
+	}
+	if t.Buffered {
+		b := t.Buffer
+		out.Current = &idgenv1.SegmentRange{Start: b.Current.Start, End: b.Current.End, Position: b.Position}
+		if b.NextLoaded {
+			out.Next = &idgenv1.SegmentRange{Start: b.Next.Start, End: b.Next.End, Position: b.Next.Start}
+		}
+		out.NextLoaded = b.NextLoaded
+		out.DynamicStep = b.Step
+		out.LastRefill = timestamppb.New(b.LastRefill)
+	}
+	return out
+}
+
+// toConnect maps engine errors to Connect codes; this is the only place that does. tag is
+// named in not_found and already_exists messages.
+func toConnect(err error, tag string) error {
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, segment.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("tag: %q does not exist; create it with CreateTag (coord id create-tag)", tag))
+	case errors.Is(err, segment.ErrExists):
+		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("tag: %q already exists", tag))
+	case errors.Is(err, snowflake.ErrLeaseLost), errors.Is(err, snowflake.ErrClockBackwards),
+		errors.Is(err, segment.ErrUnavailable), errors.Is(err, redisincr.ErrUnavailable),
+		errors.Is(err, workerid.ErrUnavailable), errors.Is(err, server.ErrShutdown):
+		code = connect.CodeUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	}
+	return connect.NewError(code, err)
+}
