@@ -231,8 +231,8 @@ func (l *Lock) lose(err error) {
 		l.err = err
 	}
 	l.mu.Unlock()
+	l.cancel(err) // before closing lost: whoever sees Lost closed must find the cause set
 	close(l.lost)
-	l.cancel(err)
 }
 
 // Unlock stops the watchdog and releases one hold. When the lease was already lost it still

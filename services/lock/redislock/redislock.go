@@ -70,7 +70,7 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 
 // Release implements lock.Backend.
 func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
-	n, err := releaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner).Int64()
+	n, err := ReleaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner).Int64()
 	if err != nil {
 		return 0, lock.Unavailable(ctx, "redis", err)
 	}
@@ -83,7 +83,7 @@ func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error
 // Renew implements lock.Backend.
 func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
 	start := time.Now()
-	res, err := renewScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, ttl.Milliseconds()).Slice()
+	res, err := RenewScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, ttl.Milliseconds()).Slice()
 	if err != nil {
 		return lock.Lease{}, lock.Unavailable(ctx, "redis", err)
 	}
@@ -98,7 +98,7 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 
 // Inspect implements lock.Backend.
 func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
-	res, err := inspectScript.Run(ctx, b.rdb, b.keys(key)[:1]).Slice()
+	res, err := InspectScript.Run(ctx, b.rdb, b.keys(key)[:1]).Slice()
 	if err != nil {
 		return lock.State{}, lock.Unavailable(ctx, "redis", err)
 	}

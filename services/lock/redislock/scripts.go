@@ -26,8 +26,10 @@ end
 return {0, tonumber(v[3]), tonumber(v[2]), redis.call('PTTL', KEYS[1]), v[1]}
 `)
 
-// releaseScript: ARGV[1] owner. Returns holds left, -1 when not held, -2 for another owner.
-var releaseScript = redis.NewScript(`
+// ReleaseScript drops one hold on one node: ARGV[1] owner. Returns holds left, -1 when not
+// held, -2 for another owner. Exported for the redlock backend, which keeps the same
+// per-node layout and runs it on every node.
+var ReleaseScript = redis.NewScript(`
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == false then return -1 end
 if owner ~= ARGV[1] then return -2 end
@@ -39,9 +41,9 @@ end
 return count
 `)
 
-// renewScript: ARGV[1] owner, ARGV[2] ttl in ms.
-// Returns {1, fence, count}, {-1} when not held, {-2} for another owner.
-var renewScript = redis.NewScript(`
+// RenewScript extends the owner's lease on one node: ARGV[1] owner, ARGV[2] ttl in ms.
+// Returns {1, fence, count}, {-1} when not held, {-2} for another owner. Shared with redlock.
+var RenewScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence')
 if v[1] == false then return {-1} end
 if v[1] ~= ARGV[1] then return {-2} end
@@ -49,8 +51,9 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, tonumber(v[3]), tonumber(v[2])}
 `)
 
-// inspectScript returns {0} when free, else {1, fence, count, pttl, owner}.
-var inspectScript = redis.NewScript(`
+// InspectScript reads one node's lock: {0} when free, else {1, fence, count, pttl, owner}.
+// Shared with redlock.
+var InspectScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence')
 if v[1] == false then return {0} end
 return {1, tonumber(v[3]), tonumber(v[2]), redis.call('PTTL', KEYS[1]), v[1]}

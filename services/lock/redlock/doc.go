@@ -1,0 +1,82 @@
+// Package redlock is the lock backend on N independent Redis nodes (Redlock): a lock is held
+// when a majority of the nodes hold it, so the service keeps locking while a minority of the
+// nodes is down. Three nodes tolerate one failure; five, the production setup, tolerate two.
+//
+// # Algorithm
+//
+// Every node keeps the same layout as the single-Redis backend: a hash {owner, count, fence}
+// whose PEXPIRE is the lease, and a per-key fencing counter without expiry. Every call to a
+// node is one Lua script, sent to all nodes at once with a per-node timeout far below the
+// ttl (Config.NodeTimeout, at most a tenth of the ttl), so a hung node costs one short timeout
+// and never blocks the others, and a stopped one costs nothing.
+//
+//   - Acquire, round one: each node takes the key if free (fence 0, meaning "not yet
+//     confirmed"), re-enters it for the same owner (count + 1), or names the other holder, and
+//     reports its fencing counter. Round two, for a new holder only: the token is the highest
+//     counter any node reported plus one; it is written into the lock and the counter is raised
+//     to it on every node the first round took, and the lock counts as acquired only when a
+//     majority confirm it. The lease's validity is ttl − elapsed − drift (drift = 1% of the
+//     ttl + 2 ms) measured from before round one; the lease returned expires at start +
+//     validity, and an acquire whose validity is not positive fails.
+//   - Re-entry needs a majority of nodes where the owner already held the key: they agree on
+//     the token and the hold count, and nodes that disagree (a restarted node, a lost reply)
+//     are rewritten to the majority's token and count. When fewer than a majority still knew
+//     the owner, the old lease is gone and the acquire is a new one: new token, count 1.
+//   - Renew and Release succeed only on a majority of the owner's nodes. Renew returns the
+//     validity as Acquire does. A Release that frees the lock also deletes the owner's hash on
+//     nodes that still counted holds, so no stray minority hold lingers.
+//   - Inspect is a majority view: held only when a majority of nodes agree on the same owner.
+//
+// # Failed attempts and mixed outcomes
+//
+// Whenever an acquire does not end acquired, it undoes what it may have done on every node,
+// the ones that did not answer included, since a node may have taken the lock and lost the
+// reply: a re-entered node gets its hold back, a taken one is deleted, but only while it still
+// carries this attempt's owner and an unconfirmed or this attempt's token. (A node that did not
+// answer a re-entry may keep the hold it counted: it sits on a minority, expires with the ttl,
+// and the next re-entry rewrites it to the majority's count.) Then:
+//
+//   - fewer than a majority of nodes answered: it fails fast with lock.ErrUnavailable, and nobody
+//     holds the lock;
+//   - a majority answered but fewer than a majority took it: the attempt is contended and
+//     reports the holder seen on most nodes (its token, count and the time its majority lapses),
+//     also when no other owner has a majority, as when two tries split the nodes: both back
+//     off, and the service retries, as it does for any busy lock;
+//   - the owner's own earlier acquire is still between its two rounds: contended, holder
+//     itself; the retry re-enters once that acquire confirmed its token;
+//   - the second round, or the validity, failed: lock.ErrUnavailable.
+//
+// Renew and Release fail with lock.ErrUnavailable when the nodes that did not answer could have
+// made a majority for the owner, and otherwise with lock.ErrNotOwner (other owners seen at least
+// as often as free nodes) or lock.ErrNotHeld. A failed Renew or Release is not undone: an
+// extended or decremented hold on a minority of nodes expires with its ttl and never forms a
+// majority on its own.
+//
+// # Fencing tokens
+//
+// A per-node INCR is not enough: the highest counter over one majority is not monotonic across
+// majorities. Here a token is handed out only after the counter was raised to it on a majority
+// of the nodes that still held this owner's lock at that moment; any later holder's majority
+// shares a node with that one, and took the lock there (reading the counter in the same
+// script) only after this lease ended there, so it sees the token and goes above it. Tokens
+// may skip values: a failed attempt may have raised counters already.
+//
+// # Assumptions
+//
+// Redlock is safe only under these, which the operator must provide:
+//
+//   - The nodes are independent masters: no replication or failover between them (a promoted
+//     replica may have missed the lock).
+//   - No node loses its data on restart (appendonly yes with appendfsync always), or a node that
+//     lost it stays down for at least the longest ttl in use before it rejoins ("延迟重启",
+//     delayed restart), so that no lease still counts on what it forgot: each one has expired
+//     or has been renewed on a majority without it. Delayed restarts
+//     protect mutual exclusion but not fencing counters, which never expire: a node that
+//     restarts empty learns the highest counter again the next time an acquire takes it, but a
+//     token can repeat if it restarts empty while another node of the last majority is
+//     unreachable. Use persistence where tokens must never repeat.
+//   - Clocks of the nodes and of this process advance at nearly the same rate (the drift term
+//     covers 1% of the ttl plus 2 ms), and are not stepped: Redis expires keys by wall clock.
+//   - A holder that pauses (GC, swap) past its validity no longer holds the lock while it thinks
+//     it does; the fencing token is what lets the protected resource reject its late writes.
+package redlock
