@@ -45,8 +45,8 @@ func OpenSQLite(ctx context.Context, path string) (*sql.DB, error) {
 
 // OpenMySQL connects to the MySQL or MariaDB database in dsn (go-sql-driver format, e.g.
 // user:pass@tcp(host:3306)/coordkit) with at most maxConns connections. Unless the DSN says
-// otherwise it dials within 2s and reads and writes within 10s: a database that is down is
-// answered unavailable fast instead of hanging callers.
+// otherwise it dials within 2s, reads and writes within 10s (a database that is down is
+// answered unavailable fast instead of hanging callers), and runs its sessions in UTC.
 func OpenMySQL(ctx context.Context, dsn string, maxConns int) (*sql.DB, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -63,6 +63,14 @@ func OpenMySQL(ctx context.Context, dsn string, maxConns int) (*sql.DB, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = driverLog{}
+	}
+	// The services read the database clock with UNIX_TIMESTAMP(NOW(3)); in a session time
+	// zone with daylight saving that is ambiguous for an hour a year, and leases would jump.
+	if _, ok := cfg.Params["time_zone"]; !ok {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["time_zone"] = "'+00:00'"
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {

@@ -88,6 +88,9 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	closeMu sync.Mutex // orders wg.Add in prefetch before Close's wg.Wait
+	closed  bool
+
 	mu      sync.Mutex
 	buffers map[string]*buffer
 }
@@ -116,17 +119,19 @@ func (p *Pool) Next(ctx context.Context, tag string, n int) ([]int64, error) {
 		b = &buffer{pool: p, tag: tag}
 		p.buffers[tag] = b
 	}
+	b.users++
 	p.mu.Unlock()
 	ids, err := b.take(ctx, n)
-	if err != nil {
-		// A tag that never got a range (it does not exist, or the store is down) keeps no
-		// buffer, so requests for made-up tags cannot grow the map.
-		p.mu.Lock()
-		if p.buffers[tag] == b && b.empty() {
-			delete(p.buffers, tag)
-		}
-		p.mu.Unlock()
+	p.mu.Lock()
+	b.users--
+	// A tag that never got a range (it does not exist, or the store is down) keeps no
+	// buffer, so requests for made-up tags cannot grow the map. Not while another request
+	// holds the buffer: it could still reserve a range there, and a second buffer of the tag
+	// would hand out IDs out of order.
+	if err != nil && b.users == 0 && p.buffers[tag] == b && b.empty() {
+		delete(p.buffers, tag)
 	}
+	p.mu.Unlock()
 	return ids, err
 }
 
@@ -168,14 +173,18 @@ func (p *Pool) State(tag string) (State, bool) {
 // Close stops background reservations and waits for them. IDs still buffered are lost: the
 // store has them as used, so they leave a gap and never come again.
 func (p *Pool) Close() {
+	p.closeMu.Lock()
+	p.closed = true
+	p.closeMu.Unlock()
 	p.cancel()
 	p.wg.Wait()
 }
 
 // buffer is one tag's double buffer.
 type buffer struct {
-	pool *Pool
-	tag  string
+	pool  *Pool
+	tag   string
+	users int // Next calls holding the buffer; guarded by pool.mu
 
 	mu         sync.Mutex
 	cur        Range
@@ -262,7 +271,9 @@ func (b *buffer) prefetch() {
 		return
 	}
 	p := b.pool
-	if p.ctx.Err() != nil {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	if p.closed {
 		return
 	}
 	want := b.nextStep()

@@ -119,7 +119,6 @@ func (g *Generator) Worker() (id int, held bool) {
 // millisecond, so no ID an earlier holder issued can come again.
 func (g *Generator) lease(ctx context.Context) error {
 	owner := rand.Text()
-	start := time.Now()
 	l, err := g.store.Acquire(ctx, owner, g.ttl)
 	if err != nil {
 		return fmt.Errorf("snowflake: lease a worker id: %w", err)
@@ -137,13 +136,24 @@ func (g *Generator) lease(ctx context.Context) error {
 			return errors.Join(err, relErr)
 		}
 	}
+	// Record how far this holder may issue before anything is issued: Acquire kept the earlier
+	// holder's millisecond, and a holder that dies, or cannot renew, before its first renewal
+	// still issues until its lease ends; the next holder of the id must start after that.
+	start := time.Now()
+	g.mu.Lock()
+	bound := max(l.LastMillis, g.lastMs, g.clock().Add(g.ttl).UnixMilli())
+	g.mu.Unlock()
+	if err := g.store.Renew(ctx, l.ID, owner, g.ttl, bound); err != nil {
+		relErr := g.store.Release(context.WithoutCancel(ctx), l.ID, owner, l.LastMillis)
+		return errors.Join(fmt.Errorf("snowflake: record worker id %d's last millisecond: %w", l.ID, err), relErr)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.worker, g.owner, g.held, g.validUntil = l.ID, owner, true, start.Add(g.ttl)
-	if l.LastMillis >= g.lastMs {
-		// A full sequence makes the next ID wait for a later millisecond than the recorded one.
-		g.lastMs, g.seq = l.LastMillis, MaxSequence
-	}
+	// A full sequence makes the next ID wait for a later millisecond than both the recorded
+	// one and this instance's last: with another worker id, an ID in the same millisecond
+	// could be lower than the last one issued.
+	g.lastMs, g.seq = max(g.lastMs, l.LastMillis), MaxSequence
 	g.log.Info("snowflake: leased worker id", "worker_id", l.ID)
 	return nil
 }
@@ -222,6 +232,8 @@ func (g *Generator) Renew(ctx context.Context) error {
 	}
 	g.renewMu.Lock()
 	defer g.renewMu.Unlock()
+	// Taken before the clock is read, so the lease never outlasts the recorded bound.
+	start := time.Now()
 	g.mu.Lock()
 	id, owner, last, ok := g.worker, g.owner, g.lastMs, g.usable() == nil
 	// Record the latest millisecond this holder may reach before the lease ends: if it dies
@@ -234,7 +246,6 @@ func (g *Generator) Renew(ctx context.Context) error {
 		g.store.Release(ctx, id, owner, last) //nolint:errcheck // see above
 		return g.lease(ctx)
 	}
-	start := time.Now()
 	err := g.store.Renew(ctx, id, owner, g.ttl, bound)
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -53,7 +53,9 @@ func sqlStore(t *testing.T, db *sqldb.DB) (workerid.Store, func(*testing.T, int)
 		_, err := db.Exec("UPDATE coordkit_idgen_workers SET owner = 'thief', expires_at = "+db.Dialect.NowMillis+" + 60000 WHERE worker_id = ?", id)
 		noErr(t, err)
 		t.Cleanup(func() {
-			db.Exec("UPDATE coordkit_idgen_workers SET owner = '', expires_at = 0 WHERE worker_id = ?", id)
+			// The thief issued nothing: clear the bound its victim recorded, or parallel tests
+			// sharing the MySQL table would find the id too far ahead of their clocks.
+			db.Exec("UPDATE coordkit_idgen_workers SET owner = '', expires_at = 0, last_ms = 0 WHERE worker_id = ? AND owner = 'thief'", id)
 		})
 	}
 }
