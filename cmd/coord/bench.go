@@ -8,9 +8,14 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "lock" {
-		fmt.Fprintln(stderr, "usage: coord bench lock [flags]")
-		return flag.ErrHelp
+	if len(args) > 0 {
+		switch args[0] {
+		case "lock":
+			return benchLock(ctx, args[1:], stdout, stderr)
+		case "id":
+			return benchID(ctx, args[1:], stdout, stderr)
+		}
 	}
-	return benchLock(ctx, args[1:], stdout, stderr)
+	fmt.Fprintln(stderr, "usage: coord bench lock|id [flags]")
+	return flag.ErrHelp
 }

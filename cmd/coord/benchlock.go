@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	goredsync "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -29,10 +30,20 @@ import (
 
 // Names of the things `coord bench lock` can measure.
 const (
-	targetServiceRedis  = "service/redis"
-	targetServiceSQLite = "service/sqlite"
-	targetRedsync       = "redsync/redis"
+	targetServiceRedis     = "service/redis"
+	targetServiceRedlock   = "service/redlock"
+	targetServiceZooKeeper = "service/zookeeper"
+	targetServiceMySQL     = "service/mysql"
+	targetServiceSQLite    = "service/sqlite"
+	targetRedsync          = "redsync/redis"
+	targetRedsyncRedlock   = "redsync/redlock"
 )
+
+// peers maps each service target to the library it is compared with in the same run.
+var peers = map[string]string{
+	targetServiceRedis:   targetRedsync,
+	targetServiceRedlock: targetRedsyncRedlock,
+}
 
 // benchTTL is the lease every benchmarked acquire asks for.
 const benchTTL = 10 * time.Second
@@ -49,6 +60,9 @@ type benchConfig struct {
 	warmup     time.Duration
 	serverURL  string
 	redisAddr  string
+	redlock    []string
+	zkAddrs    []string
+	mysqlDSN   string
 	dataDir    string
 	asJSON     bool
 	cpuProfile string
@@ -56,7 +70,10 @@ type benchConfig struct {
 
 // allTargets lists every target in the order they run.
 func allTargets() []string {
-	return []string{targetServiceRedis, targetServiceSQLite, targetRedsync}
+	return []string{
+		targetServiceRedis, targetRedsync, targetServiceRedlock, targetRedsyncRedlock,
+		targetServiceZooKeeper, targetServiceMySQL, targetServiceSQLite,
+	}
 }
 
 // parseBenchFlags parses and checks the flags of `coord bench lock`.
@@ -71,6 +88,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
 	fs.StringVar(&cfg.serverURL, "server", "", "base URL of a running coordkit service; empty starts one in-process")
 	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis host:port for redsync and the in-process service")
+	redlockAddrs := fs.String("redlock-addrs", "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382", "Redlock nodes for redsync/redlock and service/redlock")
+	zkAddrs := fs.String("zk-addrs", "127.0.0.1:2181", "ZooKeeper for service/zookeeper")
+	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB for service/mysql")
 	fs.StringVar(&cfg.dataDir, "data-dir", "", "SQLite directory of the in-process service; empty means a temporary one")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
@@ -80,6 +100,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
 	}
+	cfg.redlock, cfg.zkAddrs = splitList(*redlockAddrs), splitList(*zkAddrs)
 	var err error
 	if cfg.clients, err = parseClients(*clients); err != nil {
 		return cfg, err
@@ -207,7 +228,7 @@ func openTargets(ctx context.Context, cfg benchConfig) (map[string]pairFunc, fun
 		return errors.Join(errs...)
 	}
 	pairs := map[string]pairFunc{}
-	if slices.Contains(cfg.targets, targetServiceRedis) || slices.Contains(cfg.targets, targetServiceSQLite) {
+	if slices.ContainsFunc(cfg.targets, isServiceTarget) {
 		url := cfg.serverURL
 		if url == "" {
 			u, stop, err := startService(ctx, cfg)
@@ -218,16 +239,22 @@ func openTargets(ctx context.Context, cfg benchConfig) (map[string]pairFunc, fun
 			closers = append(closers, stop)
 		}
 		c := client.New(url)
-		pairs[targetServiceRedis] = servicePair(c, "redis")
-		pairs[targetServiceSQLite] = servicePair(c, "sqlite")
+		for _, target := range cfg.targets {
+			if isServiceTarget(target) {
+				pairs[target] = servicePair(c, strings.TrimPrefix(target, "service/"))
+			}
+		}
 	}
-	if slices.Contains(cfg.targets, targetRedsync) {
-		pair, closeRedis, err := openRedsync(ctx, cfg.redisAddr, slices.Max(cfg.clients))
+	for target, addrs := range map[string][]string{targetRedsync: {cfg.redisAddr}, targetRedsyncRedlock: cfg.redlock} {
+		if !slices.Contains(cfg.targets, target) {
+			continue
+		}
+		pair, closeRedis, err := openRedsync(ctx, addrs, slices.Max(cfg.clients))
 		if err != nil {
 			return nil, nil, errors.Join(err, closeAll())
 		}
 		closers = append(closers, closeRedis)
-		pairs[targetRedsync] = pair
+		pairs[target] = pair
 	}
 	return pairs, closeAll, nil
 }
@@ -251,6 +278,16 @@ func startService(ctx context.Context, cfg benchConfig) (string, func() error, e
 	scfg := serveConfig{addr: ln.Addr().String(), dataDir: dataDir, logLevel: "error", logFormat: "text"}
 	if slices.Contains(cfg.targets, targetServiceRedis) {
 		scfg.redisAddr = cfg.redisAddr
+	}
+	if slices.Contains(cfg.targets, targetServiceRedlock) {
+		scfg.redlockAddrs = strings.Join(cfg.redlock, ",")
+	}
+	if slices.Contains(cfg.targets, targetServiceZooKeeper) {
+		scfg.zkAddrs = strings.Join(cfg.zkAddrs, ",")
+	}
+	if slices.Contains(cfg.targets, targetServiceMySQL) {
+		scfg.mysqlDSN = cfg.mysqlDSN
+		scfg.lockScope = "bench"
 	}
 	srv, closeBackends, err := newServer(ctx, scfg, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -294,14 +331,29 @@ func servicePair(c *client.Client, backend string) pairFunc {
 	}
 }
 
-// openRedsync connects a go-redis client with room for poolSize concurrent callers and
-// returns a pair function that locks and unlocks with redsync on it, and the client's Close.
-func openRedsync(ctx context.Context, addr string, poolSize int) (pairFunc, func() error, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: max(poolSize, 10)})
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("bench: --redis-addr %s: %w", addr, err), rdb.Close())
+// openRedsync connects one go-redis client per address, each with room for poolSize
+// concurrent callers, and returns a pair function that locks and unlocks with redsync on
+// them (one address: a single-instance lock; several: Redlock over independent nodes), and
+// the function that closes the clients.
+func openRedsync(ctx context.Context, addrs []string, poolSize int) (pairFunc, func() error, error) {
+	var pools []redsyncredis.Pool
+	var clients []*redis.Client
+	closeAll := func() error {
+		var errs []error
+		for _, c := range clients {
+			errs = append(errs, c.Close())
+		}
+		return errors.Join(errs...)
 	}
-	rs := redsync.New(goredsync.NewPool(rdb))
+	for _, addr := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: max(poolSize, 10)})
+		clients = append(clients, rdb)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("bench: redsync node %s: %w", addr, err), closeAll())
+		}
+		pools = append(pools, goredsync.NewPool(rdb))
+	}
+	rs := redsync.New(pools...)
 	pair := func(ctx context.Context, key string) error {
 		m := rs.NewMutex(key, redsync.WithExpiry(benchTTL), redsync.WithTries(1))
 		if err := m.LockContext(ctx); err != nil {
@@ -316,8 +368,11 @@ func openRedsync(ctx context.Context, addr string, poolSize int) (pairFunc, func
 		}
 		return nil
 	}
-	return pair, rdb.Close, nil
+	return pair, closeAll, nil
 }
+
+// isServiceTarget reports whether target goes through the coordkit service.
+func isServiceTarget(target string) bool { return strings.HasPrefix(target, "service/") }
 
 // runLoad runs pair from clients goroutines, each on its own key bench:<run>:<i>, for warmup
 // and then duration, and summarizes the pairs that completed inside the measured window.

@@ -23,8 +23,10 @@ type runResult struct {
 	FirstError  string        `json:"first_error,omitempty"`
 }
 
-// ratio compares service/redis with redsync/redis at one client count.
+// ratio compares a service target with its peer library at one client count.
 type ratio struct {
+	Target  string  `json:"target"`
+	Peer    string  `json:"peer"`
 	Clients int     `json:"clients"`
 	Ratio   float64 `json:"ratio"`
 }
@@ -61,26 +63,32 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// ratios returns, for every client count measured on both, service/redis pairs/s divided by
-// redsync/redis pairs/s, in the order of the service's runs.
+// ratios returns, for every service target with a peer (see peers) measured at the same
+// client count, the service's pairs/s divided by the peer's, in the order of the runs.
 func ratios(results []runResult) []ratio {
-	peer := map[int]float64{}
+	type run struct {
+		target  string
+		clients int
+	}
+	measured := map[run]float64{}
 	for _, r := range results {
-		if r.Target == targetRedsync {
-			peer[r.Clients] = r.PairsPerSec
-		}
+		measured[run{r.Target, r.Clients}] = r.PairsPerSec
 	}
 	var out []ratio
 	for _, r := range results {
-		p, ok := peer[r.Clients]
-		if r.Target != targetServiceRedis || !ok {
+		peer, ok := peers[r.Target]
+		if !ok {
+			continue
+		}
+		p, ok := measured[run{peer, r.Clients}]
+		if !ok {
 			continue
 		}
 		q := math.NaN()
 		if p > 0 {
 			q = r.PairsPerSec / p
 		}
-		out = append(out, ratio{Clients: r.Clients, Ratio: q})
+		out = append(out, ratio{Target: r.Target, Peer: peer, Clients: r.Clients, Ratio: q})
 	}
 	return out
 }
@@ -111,7 +119,7 @@ func writeTable(w io.Writer, results []runResult) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	for _, q := range ratios(results) {
-		if _, err := fmt.Fprintf(w, "ratio %s ÷ %s at %d clients: %.2f\n", targetServiceRedis, targetRedsync, q.Clients, q.Ratio); err != nil {
+		if _, err := fmt.Fprintf(w, "ratio %s ÷ %s at %d clients: %.2f\n", q.Target, q.Peer, q.Clients, q.Ratio); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}

@@ -5,14 +5,18 @@ go 1.26.0
 replace (
 	github.com/coordkit/coordkit/libs => ../../libs
 	github.com/coordkit/coordkit/proto => ../../proto
+	github.com/coordkit/coordkit/services/idgen => ../../services/idgen
 	github.com/coordkit/coordkit/services/lock => ../../services/lock
 )
 
 require (
+	github.com/bwmarrin/snowflake v0.3.0
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
+	github.com/coordkit/coordkit/services/idgen v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/lock v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.23.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -27,7 +31,6 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect

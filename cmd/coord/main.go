@@ -13,12 +13,14 @@ import (
 	"syscall"
 )
 
-const usage = `coord - distributed locks as a service
+const usage = `coord - distributed locks and IDs as a service
 
 usage:
   coord serve [flags]                         run the services (embedded SQLite by default)
   coord lock acquire|release|renew|inspect    call the lock service
+  coord id next|decode|tags|create-tag        call the ID service
   coord bench lock [flags]                    benchmark the lock service against go-redsync
+  coord bench id [flags]                      benchmark the ID service against bwmarrin/snowflake, google/uuid
 
 Run 'coord <command> -h' for a command's flags. Every flag falls back to a COORDKIT_* variable.
 `
@@ -47,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, args[1:], stderr)
 	case "lock":
 		return runLock(ctx, args[1:], stdout, stderr)
+	case "id":
+		return runID(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -15,10 +15,14 @@ import (
 
 	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	"github.com/coordkit/coordkit/services/idgen"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/redislock"
+	"github.com/coordkit/coordkit/services/lock/redlock"
 	"github.com/coordkit/coordkit/services/lock/sqllock"
+	"github.com/coordkit/coordkit/services/lock/zklock"
 )
 
 // serveConfig is everything `coord serve` can be told.
@@ -26,6 +30,11 @@ type serveConfig struct {
 	addr           string
 	dataDir        string
 	redisAddr      string
+	redlockAddrs   string
+	zkAddrs        string
+	mysqlDSN       string
+	lockScope      string
+	idWorkerLeases string
 	defaultBackend string
 	logLevel       string
 	logFormat      string
@@ -35,7 +44,12 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to serve HTTP/1.1, h2c, Connect, gRPC and gRPC-Web on")
 	fs.StringVar(&c.dataDir, "data-dir", "./coordkit-data", "directory of the embedded SQLite store")
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "Redis host:port; enables the redis lock backend")
-	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: redis when enabled, else sqlite)")
+	fs.StringVar(&c.redlockAddrs, "redlock-addrs", "", "comma-separated independent Redis nodes (3 or 5); enables the redlock backend")
+	fs.StringVar(&c.zkAddrs, "zk-addrs", "", "comma-separated ZooKeeper host:port list; enables the zookeeper backend")
+	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB DSN (user:pass@tcp(host:3306)/db); enables the mysql backend")
+	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL database (default \"default\")")
+	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
+	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the SQLite file, or MySQL with --mysql-dsn) or redis (needs --redis-addr)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 }
@@ -53,6 +67,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	redis.SetLogger(redisLog{logger})
 	srv, closeAll, err := newServer(ctx, cfg, logger)
 	if err != nil {
 		return err
@@ -99,19 +114,49 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	}
 	closers = append(closers, sq.Close)
 	backends["sqlite"] = sq
-	def := "sqlite"
 
+	var rdb *redis.Client
 	if cfg.redisAddr != "" {
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 256, MaxRetries: -1})
+		rdb = redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 256, MaxRetries: -1})
 		closers = append(closers, rdb.Close)
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			return fail(fmt.Errorf("--redis-addr %s: %w", cfg.redisAddr, err))
 		}
 		backends["redis"] = redislock.New(rdb, "")
-		def = "redis"
 	}
-	if cfg.defaultBackend != "" {
-		def = cfg.defaultBackend
+	if cfg.redlockAddrs != "" {
+		b, err := redlock.Open(ctx, splitList(cfg.redlockAddrs), redlock.Config{})
+		if err != nil {
+			return fail(fmt.Errorf("--redlock-addrs: %w", err))
+		}
+		closers = append(closers, b.Close)
+		backends["redlock"] = b
+	}
+	if cfg.zkAddrs != "" {
+		b, err := zklock.Open(ctx, splitList(cfg.zkAddrs), zklock.Config{Logger: logger})
+		if err != nil {
+			return fail(fmt.Errorf("--zk-addrs: %w", err))
+		}
+		closers = append(closers, b.Close)
+		backends["zookeeper"] = b
+	}
+	if cfg.mysqlDSN != "" {
+		b, err := sqllock.OpenMySQL(ctx, cfg.mysqlDSN, cfg.lockScope)
+		if err != nil {
+			return fail(fmt.Errorf("--mysql-dsn: %w", err))
+		}
+		closers = append(closers, b.Close)
+		backends["mysql"] = b
+	}
+	def := cfg.defaultBackend
+	if def == "" {
+		def = "sqlite"
+		for _, name := range []string{"redis", "redlock", "zookeeper", "mysql"} {
+			if backends[name] != nil {
+				def = name
+				break
+			}
+		}
 	}
 
 	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger})
@@ -122,6 +167,43 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		return fail(fmt.Errorf("--default-backend: %w", err))
 	}
 	srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
+
+	idCfg := idgen.StoreConfig{
+		SQLitePath:   filepath.Join(cfg.dataDir, "idgen.db"),
+		MySQLDSN:     cfg.mysqlDSN, // segments and worker leases on MySQL when given
+		WorkerLeases: cfg.idWorkerLeases,
+		Registerer:   srv.Registry(),
+		Logger:       logger,
+	}
+	if rdb != nil { // a nil *redis.Client in the interface field would not be nil
+		idCfg.Redis = rdb
+	}
+	ids, err := idgen.Open(ctx, idCfg)
+	if err != nil {
+		return fail(fmt.Errorf("id service: %w", err))
+	}
+	closers = append(closers, ids.Close) // closed before Redis, so it can release its lease
+	srv.Handle(idgenv1connect.NewIdServiceHandler(ids, srv.HandlerOptions()...))
 	logger.Info("lock backends", "enabled", strings.Join(slices.Sorted(maps.Keys(backends)), ","), "default", def)
 	return srv, closeAll, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items and spaces.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// redisLog sends go-redis's own messages (such as failed dials to a Redlock node that is down,
+// which the backends already report as unavailable) to the service's log at debug.
+type redisLog struct{ log *slog.Logger }
+
+// Printf implements go-redis's internal.Logging.
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }

@@ -92,9 +92,13 @@ admin.enableServer=false
 minSessionTimeout=2000
 maxSessionTimeout=60000
 4lw.commands.whitelist=ruok,stat,srvr
+# Dev only: no fsync per write. The disk is shared with MariaDB and the tests; fsync stalls of
+# ~200ms made lease renewals miss their deadlines. Production keeps the default (yes).
+forceSync=no
 CFG
+  # setsid: the server must outlive the shell (or CI step) that started it.
   (cd "$ZK_DIR" && ZOO_LOG_DIR="$ZK_DIR" ZOOPIDFILE="$ZK_DIR/zk.pid" \
-    /usr/share/zookeeper/bin/zkServer.sh start "$ZK_DIR/zoo.cfg" >/dev/null 2>&1)
+    setsid /usr/share/zookeeper/bin/zkServer.sh start "$ZK_DIR/zoo.cfg" >/dev/null 2>&1 </dev/null)
   wait_for zookeeper zk_ok
 }
 

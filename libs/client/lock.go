@@ -122,7 +122,7 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait ti
 	return c.newLock(res.GetLease(), o.ttl), nil
 }
 
-// Lock is a held lease. A watchdog renews it every ttl/3 until Unlock; the first renewal that
+// Lock is a held lease. A watchdog renews it every third of the lease until Unlock; the first renewal that
 // fails ends the lease on the client's side at once: Lost closes, Context is canceled and Err
 // says why. It does not wait for the lease's last known expiry, because a lock it cannot
 // confirm must not guard any more work.
@@ -194,8 +194,7 @@ func (l *Lock) Err() error {
 
 func (l *Lock) watchdog() {
 	defer close(l.done)
-	interval := l.ttl / 3
-	t := time.NewTimer(interval)
+	t := time.NewTimer(l.renewInterval())
 	defer t.Stop()
 	for {
 		select {
@@ -204,6 +203,7 @@ func (l *Lock) watchdog() {
 		case <-t.C:
 		}
 		// A renewal must answer within one interval, or the lease is treated as lost.
+		interval := l.renewInterval()
 		ctx, cancel := context.WithTimeout(l.ctx, interval)
 		res, err := l.c.locks.Renew(ctx, &lockv1.RenewRequest{
 			Key: l.Key(), Backend: l.Backend(), Owner: l.Owner(), Ttl: durationpb.New(l.ttl),
@@ -221,8 +221,15 @@ func (l *Lock) watchdog() {
 		l.mu.Lock()
 		l.expiresAt = res.GetLease().GetExpiresAt().AsTime()
 		l.mu.Unlock()
-		t.Reset(interval)
+		t.Reset(l.renewInterval())
 	}
+}
+
+// renewInterval is a third of the lease: of the ttl asked for, or of what the backend
+// granted when that is shorter (a Redlock validity, a ZooKeeper lease capped by its session
+// timeout), so at least two renewals fit before the lease could end.
+func (l *Lock) renewInterval() time.Duration {
+	return max(min(l.ttl, time.Until(l.ExpiresAt()))/3, 10*time.Millisecond)
 }
 
 func (l *Lock) lose(err error) {

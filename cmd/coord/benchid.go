@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	bwsnowflake "github.com/bwmarrin/snowflake"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/config"
+	"github.com/coordkit/coordkit/libs/server"
+	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
+	"github.com/coordkit/coordkit/services/idgen"
+	"github.com/coordkit/coordkit/services/idgen/segment"
+	"github.com/coordkit/coordkit/services/idgen/snowflake"
+	"github.com/coordkit/coordkit/services/idgen/sqldb"
+)
+
+// benchIDConfig is everything `coord bench id` can be told.
+type benchIDConfig struct {
+	clients   int
+	batch     int
+	duration  time.Duration
+	warmup    time.Duration
+	serverURL string
+	redisAddr string
+	mysqlDSN  string
+	asJSON    bool
+}
+
+// genResult is one in-process generator measured with testing.Benchmark.
+type genResult struct {
+	Target  string  `json:"target"`
+	NsPerOp float64 `json:"ns_per_op"`
+	Allocs  int64   `json:"allocs_per_op"`
+}
+
+// idRunResult is one service run: calls of count IDs from clients goroutines.
+type idRunResult struct {
+	runResult
+	Count     int     `json:"count"`
+	IDsPerSec float64 `json:"ids_per_sec"`
+}
+
+// benchID implements `coord bench id`: ns/op of the in-process generators next to
+// bwmarrin/snowflake and google/uuid, then IDs/s and latency through the service for single
+// IDs and batches, per mode.
+func benchID(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench id", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = config.Usage(fs, "coord bench id [flags]")
+	var cfg benchIDConfig
+	fs.IntVar(&cfg.clients, "clients", 16, "concurrent clients of each service run")
+	fs.IntVar(&cfg.batch, "batch", 1000, "IDs per call of the batch runs (1 to 10000)")
+	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured length of each service run")
+	fs.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each service run")
+	fs.StringVar(&cfg.serverURL, "server", "", "base URL of a running coordkit service; empty starts one in-process")
+	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis of the in-process service's redis-incr mode; empty skips that mode")
+	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB of the in-process service's segments and leases; empty uses SQLite")
+	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of tables")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	if cfg.clients < 1 || cfg.batch < 1 || cfg.batch > idgen.MaxCount || cfg.duration <= 0 {
+		return fmt.Errorf("bench: --clients and --duration must be positive and --batch within [1, %d]", idgen.MaxCount)
+	}
+
+	gens, err := benchGenerators(ctx)
+	if err != nil {
+		return err
+	}
+	url, modes, stop, err := openIDService(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	runs, runErr := runIDService(ctx, cfg, url, modes, stderr)
+	stopErr := stop()
+	if err := writeIDReport(stdout, gens, runs, cfg.asJSON); err != nil {
+		return errors.Join(err, runErr, stopErr)
+	}
+	return errors.Join(runErr, stopErr)
+}
+
+// benchGenerators measures each in-process generator for about a second.
+func benchGenerators(ctx context.Context) ([]genResult, error) {
+	dir, err := os.MkdirTemp("", "coord-bench-id-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "ids.db"))
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	store, err := segment.NewStore(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	seg := segment.New(store, segment.Config{Logger: slog.New(slog.DiscardHandler)})
+	defer seg.Close()
+	if _, err := seg.CreateTag(ctx, "bench", 1, 1000, ""); err != nil {
+		return nil, err
+	}
+	worker := 1
+	sf, err := snowflake.Start(ctx, snowflake.Config{WorkerID: &worker})
+	if err != nil {
+		return nil, err
+	}
+	node, err := bwsnowflake.NewNode(1)
+	if err != nil {
+		return nil, fmt.Errorf("bench: bwmarrin/snowflake: %w", err)
+	}
+	var firstErr error
+	var once sync.Once
+	check := func(err error) {
+		if err != nil {
+			once.Do(func() { firstErr = err })
+		}
+	}
+	targets := []struct {
+		name string
+		fn   func(b *testing.B)
+	}{
+		{"coordkit/segment", func(b *testing.B) {
+			for b.Loop() {
+				_, err := seg.Next(ctx, "bench", 1)
+				check(err)
+			}
+		}},
+		{"coordkit/snowflake", func(b *testing.B) {
+			for b.Loop() {
+				_, err := sf.Next(ctx, 1)
+				check(err)
+			}
+		}},
+		{"bwmarrin/snowflake", func(b *testing.B) {
+			for b.Loop() {
+				node.Generate()
+			}
+		}},
+		{"coordkit/uuid-v7 (string)", func(b *testing.B) {
+			for b.Loop() {
+				u, err := uuid.NewV7()
+				check(err)
+				_ = u.String()
+			}
+		}},
+		{"google/uuid v7", func(b *testing.B) {
+			for b.Loop() {
+				_, err := uuid.NewV7()
+				check(err)
+			}
+		}},
+		{"google/uuid v4", func(b *testing.B) {
+			for b.Loop() {
+				_, err := uuid.NewRandom()
+				check(err)
+			}
+		}},
+	}
+	var out []genResult
+	for _, tgt := range targets {
+		runtime.GC()
+		r := testing.Benchmark(func(b *testing.B) { b.ReportAllocs(); tgt.fn(b) })
+		out = append(out, genResult{Target: tgt.name, NsPerOp: float64(r.T.Nanoseconds()) / float64(max(r.N, 1)), Allocs: r.AllocsPerOp()})
+	}
+	return out, firstErr
+}
+
+// openIDService starts the ID service in-process (unless --server names one) and returns its
+// URL, the modes to measure and the function that stops it.
+func openIDService(ctx context.Context, cfg benchIDConfig) (string, []idgenv1.Mode, func() error, error) {
+	modes := []idgenv1.Mode{idgenv1.Mode_MODE_UUID_V4, idgenv1.Mode_MODE_UUID_V7, idgenv1.Mode_MODE_SNOWFLAKE, idgenv1.Mode_MODE_SEGMENT}
+	if cfg.redisAddr != "" {
+		modes = append(modes, idgenv1.Mode_MODE_REDIS_INCR)
+	}
+	if cfg.serverURL != "" {
+		return cfg.serverURL, modes, func() error { return nil }, nil
+	}
+	dir, err := os.MkdirTemp("", "coord-bench-id-")
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	var closers []func() error
+	closeAll := func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		return errors.Join(errs...)
+	}
+	closers = append(closers, func() error { return os.RemoveAll(dir) })
+	logger := slog.New(slog.DiscardHandler)
+	scfg := idgen.StoreConfig{SQLitePath: filepath.Join(dir, "idgen.db"), MySQLDSN: cfg.mysqlDSN, Logger: logger,
+		RedisPrefix: "coordkit:bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
+	if cfg.redisAddr != "" {
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 64})
+		closers = append(closers, rdb.Close)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return "", nil, nil, errors.Join(fmt.Errorf("bench: --redis-addr %s: %w", cfg.redisAddr, err), closeAll())
+		}
+		scfg.Redis = rdb
+	}
+	srv := server.New(server.Config{Logger: logger})
+	scfg.Registerer = srv.Registry()
+	svc, err := idgen.Open(ctx, scfg)
+	if err != nil {
+		return "", nil, nil, errors.Join(fmt.Errorf("bench: %w", err), closeAll())
+	}
+	closers = append(closers, svc.Close)
+	srv.Handle(idgenv1connect.NewIdServiceHandler(svc, srv.HandlerOptions()...))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, nil, errors.Join(fmt.Errorf("bench: %w", err), closeAll())
+	}
+	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(serveCtx, ln) }()
+	stop := func() error {
+		cancel()
+		return errors.Join(<-errc, closeAll())
+	}
+	return "http://" + ln.Addr().String(), modes, stop, nil
+}
+
+// runIDService measures every mode with single IDs and with batches, one run at a time.
+func runIDService(ctx context.Context, cfg benchIDConfig, url string, modes []idgenv1.Mode, stderr io.Writer) ([]idRunResult, error) {
+	c := idgenv1connect.NewIdServiceClient(client.DefaultHTTPClient(), url)
+	tag := "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := c.CreateTag(ctx, &idgenv1.CreateTagRequest{Tag: tag, Step: 1000}); err != nil {
+		return nil, fmt.Errorf("bench: create segment tag: %w", err)
+	}
+	var out []idRunResult
+	for _, m := range modes {
+		for _, count := range []int{1, cfg.batch} {
+			req := &idgenv1.NextRequest{Mode: m, Count: uint32(count)}
+			if m == idgenv1.Mode_MODE_SEGMENT || m == idgenv1.Mode_MODE_REDIS_INCR {
+				req.Tag = tag
+			}
+			call := func(ctx context.Context, _ string) error {
+				res, err := c.Next(ctx, req)
+				if err == nil && len(res.GetIds()) != count {
+					err = fmt.Errorf("got %d IDs, want %d", len(res.GetIds()), count)
+				}
+				return err
+			}
+			runtime.GC()
+			r := runLoad(ctx, call, "id", cfg.clients, cfg.warmup, cfg.duration)
+			if ctx.Err() != nil {
+				return out, fmt.Errorf("bench: %w", context.Cause(ctx))
+			}
+			r.Target = "service/" + modeLabel(m)
+			if r.Errors > 0 {
+				fmt.Fprintf(stderr, "bench: %s count %d: %d errors, first: %s\n", r.Target, count, r.Errors, r.FirstError)
+			}
+			out = append(out, idRunResult{runResult: r, Count: count, IDsPerSec: r.PairsPerSec * float64(count)})
+		}
+	}
+	return out, nil
+}
+
+// modeLabel is the CLI name of a mode.
+func modeLabel(m idgenv1.Mode) string {
+	for name, v := range modeNames {
+		if v == m {
+			return name
+		}
+	}
+	return m.String()
+}
+
+// writeIDReport prints the two tables, or one JSON object.
+func writeIDReport(w io.Writer, gens []genResult, runs []idRunResult, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Generators []genResult   `json:"generators"`
+			Service    []idRunResult `json:"service"`
+		}{gens, runs})
+	}
+	width := len("generator")
+	for _, g := range gens {
+		width = max(width, len(g.Target))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\tns/op\tallocs/op\t\n", width, "generator")
+	for _, g := range gens {
+		fmt.Fprintf(tw, "%-*s\t%.1f\t%d\t\n", width, g.Target, g.NsPerOp, g.Allocs)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	fmt.Fprintln(w)
+	width = len("target")
+	for _, r := range runs {
+		width = max(width, len(r.Target))
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\tclients\tcount\tcalls\tcalls/s\tids/s\tp50\tp99\tmax\terrors\t\n", width, "target")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%d\t\n", width, r.Target, r.Clients, r.Count, r.Pairs,
+			r.PairsPerSec, r.IDsPerSec, fmtLatency(r.P50), fmtLatency(r.P99), fmtLatency(r.Max), r.Errors)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,175 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// TryAcquire implements lock.Backend: re-entry when owner holds the lock, the holder when
+// anyone else is first in line, and otherwise one place in line, kept only when it is first.
+func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
+	return b.acquire(ctx, key, owner, ttl, 0)
+}
+
+// AcquireWait implements lock.FairBackend: it queues behind the line and waits, watching only
+// its predecessor, until it is first, the wait passes (it leaves the line and reports the
+// holder) or ctx ends.
+func (b *Backend) AcquireWait(ctx context.Context, key, owner string, ttl, wait time.Duration) (lock.Attempt, error) {
+	return b.acquire(ctx, key, owner, ttl, wait)
+}
+
+func (b *Backend) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lock.Attempt, error) {
+	deadline := time.Now().Add(wait)
+	parent := b.parentPath(key)
+	if e := b.cachedLease(parent, owner); e != nil {
+		att, err := b.reenter(ctx, key, e, ttl)
+		if !moved(err) {
+			return att, err
+		}
+		b.leases.drop(e.path)
+	}
+	tries := 0
+	for range maxSteps {
+		v, err := b.liveHead(ctx, parent)
+		if err != nil {
+			return lock.Attempt{}, err
+		}
+		switch {
+		case v.head != nil && v.head.holding() && v.head.data.Owner == owner:
+			att, err := b.reenter(ctx, key, v.head, ttl)
+			if moved(err) {
+				continue
+			}
+			return att, err
+		case wait > 0:
+			return b.queue(ctx, key, parent, v.exists, owner, ttl, deadline)
+		case v.head != nil:
+			return lock.Attempt{Holder: b.stateOf(v.head)}, nil
+		case tries == 2:
+			// Two try-locks that keep seeing each other back off both: report a free lock
+			// not taken rather than spin.
+			return lock.Attempt{}, nil
+		}
+		tries++
+		att, err := b.tryOnce(ctx, key, parent, v.exists, owner, ttl)
+		if !errors.Is(err, errMoved) {
+			return att, err
+		}
+	}
+	return lock.Attempt{}, b.tooBusy(ctx, parent)
+}
+
+// tryOnce takes a place in a line that looked empty and keeps it when it is first; otherwise
+// it gives it back and returns errMoved so the caller reports who is ahead. The node is born a
+// lease (holds 1, the lease's ttl), so being first is holding, with no second write.
+func (b *Backend) tryOnce(ctx context.Context, key, parent string, exists bool, owner string, ttl time.Duration) (lock.Attempt, error) {
+	start := time.Now()
+	path, err := b.enqueue(ctx, parent, exists, nodeData{Owner: owner, Holds: 1, TTLms: ttl.Milliseconds()})
+	if err != nil {
+		return lock.Attempt{}, err
+	}
+	line, _, err := b.children(ctx, parent)
+	if err != nil {
+		b.abandon(path, 0)
+		return lock.Attempt{}, err
+	}
+	switch position(line, path[len(parent)+1:]) {
+	case 0:
+		e, err := b.read(ctx, path)
+		if err != nil {
+			b.abandon(path, 0)
+			return lock.Attempt{}, err
+		}
+		// The node's mtime was stamped between start and now: a clock sample for free.
+		b.clock.observe(start, time.Now(), e.stat.Mtime)
+		b.remember(e)
+		return b.granted(key, e, start, ttl), nil
+	case -1:
+		// Gone already: our session ended, or another instance found it past a very short
+		// ttl. Look again.
+		return lock.Attempt{}, errMoved
+	}
+	err = b.delete(ctx, path, 0)
+	switch {
+	case err == nil:
+		return lock.Attempt{}, errMoved
+	case errors.Is(err, zk.ErrBadVersion):
+		// The node reached the front and a concurrent call by the same owner re-entered it
+		// before we could give it back: it is ours, with that call's hold on top of ours.
+		e, err := b.read(ctx, path)
+		if err != nil || e.data.Owner != owner {
+			return lock.Attempt{}, errMoved
+		}
+		b.remember(e)
+		return b.granted(key, e, start, ttl), nil
+	case errors.Is(err, zk.ErrNoNode):
+		return lock.Attempt{}, errMoved
+	}
+	b.abandon(path, 0)
+	return lock.Attempt{}, err
+}
+
+// enqueue adds one ephemeral sequential node with d to parent's line, creating the parent when
+// it is missing (or was just cleaned up by the last one to leave).
+func (b *Backend) enqueue(ctx context.Context, parent string, exists bool, d nodeData) (string, error) {
+	prefix := parent + "/" + attemptPrefix()
+	raw := d.encode()
+	// A create whose answer is lost may still have made the node: the attempt id in its name
+	// lets housekeeping find it and take it back.
+	undo := func(path string, err error) {
+		if err == nil {
+			b.abandon(path, 0)
+		} else if uncertain(err) {
+			b.orphans.add(orphan{prefix: prefix})
+		}
+	}
+	for range 3 {
+		if !exists {
+			if err := b.createPersistent(ctx, parent); err != nil {
+				return "", err
+			}
+		}
+		path, err := call(ctx, b, func() (string, error) {
+			return b.conn.Create(prefix, raw, zk.FlagEphemeralSequential, acl)
+		}, undo)
+		if errors.Is(err, zk.ErrNoNode) {
+			exists = false
+			continue
+		}
+		if err != nil {
+			return "", fail(ctx, err)
+		}
+		return path, nil
+	}
+	return "", lock.Unavailable(ctx, engine, fmt.Errorf("zklock: key %q: its parent node keeps vanishing", keyOf(parent)))
+}
+
+// reenter adds a hold to owner's lease e and restarts its ttl, at e's version: if the lease
+// changed since it was read, the caller reads it again (errMoved).
+func (b *Backend) reenter(ctx context.Context, key string, e *entry, ttl time.Duration) (lock.Attempt, error) {
+	start := time.Now()
+	d := e.data
+	d.Holds++
+	d.TTLms = ttl.Milliseconds()
+	st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
+	if err != nil {
+		return lock.Attempt{}, err
+	}
+	next := &entry{path: e.path, data: d, stat: st}
+	b.remember(next)
+	return b.granted(key, next, start, ttl), nil
+}
+
+// granted is the Attempt of a lease node; start is the local time before its last write.
+func (b *Backend) granted(key string, e *entry, start time.Time, ttl time.Duration) lock.Attempt {
+	return lock.Attempt{Acquired: true, Lease: lock.Lease{
+		Key: key, Owner: e.data.Owner, FencingToken: e.token(),
+		ExpiresAt: b.leaseEnd(start, ttl), HoldCount: e.data.Holds,
+	}}
+}

@@ -1,0 +1,59 @@
+package zklock
+
+import (
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// The client library waits ten receive timeouts (6.7 session timeouts) for the server's reply
+// to its session handshake. A server that is starting up, as after a restart, can accept the
+// connection and never answer; the client would sit out that whole wait, unavailable, while
+// its session runs out on the server. handshakeConn caps the deadlines the library sets until
+// the server's first bytes arrive at a third of the session timeout (the Java client bounds
+// its handshake alike, by the session timeout over the number of servers), so a silent server
+// costs one short retry. After that the library's own deadlines apply unchanged.
+
+// dialer connects like net.DialTimeout with the handshake deadlines capped.
+func dialer(session time.Duration) func(network, address string, timeout time.Duration) (net.Conn, error) {
+	limit := session / 3
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &handshakeConn{Conn: c, limit: limit}, nil
+	}
+}
+
+// handshakeConn is a connection whose deadlines are capped at limit from now until its first
+// successful read.
+type handshakeConn struct {
+	net.Conn
+	limit time.Duration
+	heard atomic.Bool
+}
+
+func (c *handshakeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.heard.Store(true)
+	}
+	return n, err
+}
+
+func (c *handshakeConn) cap(t time.Time) time.Time {
+	if t.IsZero() || c.heard.Load() {
+		return t
+	}
+	if limit := time.Now().Add(c.limit); t.After(limit) {
+		return limit
+	}
+	return t
+}
+
+func (c *handshakeConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.cap(t)) }
+func (c *handshakeConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.cap(t)) }
+func (c *handshakeConn) SetWriteDeadline(t time.Time) error {
+	return c.Conn.SetWriteDeadline(c.cap(t))
+}

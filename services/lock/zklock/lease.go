@@ -1,0 +1,99 @@
+package zklock
+
+import (
+	"context"
+	"time"
+
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// Release implements lock.Backend. The last hold deletes the node (the next waiter's watch
+// fires) and then the key's parent if the line is empty; an earlier hold only counts down.
+// Every step is versioned: a lease that changed meanwhile is read again.
+func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
+	parent := b.parentPath(key)
+	for step := range maxSteps {
+		e, err := b.ownLease(ctx, parent, owner, step == 0)
+		if err != nil {
+			return 0, err
+		}
+		if e.data.Holds > 1 {
+			d := e.data
+			d.Holds--
+			// Writing restarts the node's clock: carry over what is left of the lease, so
+			// dropping a hold does not renew it.
+			d.TTLms = max(b.clock.left(time.Now(), e).Milliseconds(), 1)
+			st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
+			if moved(err) {
+				b.leases.drop(e.path)
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			b.remember(&entry{path: e.path, data: d, stat: st})
+			return d.Holds, nil
+		}
+		err = b.delete(ctx, e.path, e.stat.Version)
+		b.leases.drop(e.path)
+		if moved(err) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		b.timers.forget(e.path)
+		b.dropParent(ctx, parent)
+		return 0, nil
+	}
+	return 0, b.tooBusy(ctx, parent)
+}
+
+// Renew implements lock.Backend: it rewrites the lease's ttl, which restarts its clock.
+func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
+	parent := b.parentPath(key)
+	for step := range maxSteps {
+		e, err := b.ownLease(ctx, parent, owner, step == 0)
+		if err != nil {
+			return lock.Lease{}, err
+		}
+		start := time.Now()
+		d := e.data
+		d.TTLms = ttl.Milliseconds()
+		st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
+		if moved(err) {
+			b.leases.drop(e.path)
+			continue
+		}
+		if err != nil {
+			return lock.Lease{}, err
+		}
+		next := &entry{path: e.path, data: d, stat: st}
+		b.remember(next)
+		return b.granted(key, next, start, ttl).Lease, nil
+	}
+	return lock.Lease{}, b.tooBusy(ctx, parent)
+}
+
+// Inspect implements lock.Backend. Like every call it removes an expired lease it meets, so
+// what it reports is what the next acquire would find.
+func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
+	v, err := b.liveHead(ctx, b.parentPath(key))
+	if err != nil || v.head == nil {
+		return lock.State{}, err
+	}
+	return b.stateOf(v.head), nil
+}
+
+// owns checks that head is owner's lease. A waiter being handed the lock holds nothing yet.
+func owns(head *entry, owner string) error {
+	switch {
+	case head == nil:
+		return lock.ErrNotHeld
+	case head.data.Owner != owner:
+		return lock.ErrNotOwner
+	case !head.holding():
+		return lock.ErrNotHeld
+	}
+	return nil
+}

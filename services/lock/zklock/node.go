@@ -1,0 +1,123 @@
+package zklock
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// childPrefix starts every queue node's name; the attempt id and the sequence number ZooKeeper
+// appends follow it: lock-<16 hex>-0000000042.
+const childPrefix = "lock-"
+
+// seqDigits is the width of the sequence number ZooKeeper appends to a sequential node.
+const seqDigits = 10
+
+// dataVersion is the format of nodeData; a reader refuses other formats rather than guess.
+const dataVersion = 1
+
+// acl is open: coordkit trusts the ensemble's network, as the other backends trust Redis or
+// the database. Owners are secrets, so restrict the ensemble's access accordingly.
+var acl = zk.WorldACL(zk.PermAll)
+
+// parentName encodes a key into one node name. Keys are any UTF-8 up to 512 bytes, including
+// '/', '.', NUL-free control characters and emoji, none of which ZooKeeper accepts verbatim;
+// unpadded base64url is reversible, stays below 700 bytes, and never is "." or "..".
+func parentName(key string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// attemptPrefix returns the name prefix of one queue node: a random attempt id makes the node
+// findable after a create whose reply was lost (ZooKeeper's "protected" node recipe).
+func attemptPrefix() string {
+	var id [8]byte
+	rand.Read(id[:]) //nolint:errcheck // crypto/rand.Read never fails
+	return fmt.Sprintf("%s%x-", childPrefix, id)
+}
+
+// child is one queue node of a key, by name.
+type child struct {
+	name string
+	seq  int64
+}
+
+// queueOrder parses the children of a key's parent into the line, first (the holder) first.
+// Names that are not queue nodes are ignored, so stray nodes never block a key.
+func queueOrder(names []string) []child {
+	out := make([]child, 0, len(names))
+	for _, n := range names {
+		if !strings.HasPrefix(n, childPrefix) || len(n) < len(childPrefix)+seqDigits {
+			continue
+		}
+		seq, err := strconv.ParseInt(n[len(n)-seqDigits:], 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, child{name: n, seq: seq})
+	}
+	slices.SortFunc(out, func(a, b child) int {
+		return cmp.Or(cmp.Compare(a.seq, b.seq), strings.Compare(a.name, b.name))
+	})
+	return out
+}
+
+// position returns the index of name in the line, or -1.
+func position(line []child, name string) int {
+	return slices.IndexFunc(line, func(c child) bool { return c.name == name })
+}
+
+// nodeData is what a queue node holds. A node with Holds >= 1 is a lease; a node with Holds 0
+// is a waiter that becomes the lease by writing Holds 1 once it is first in line. Either ends
+// TTLms after the node's mtime (the ZooKeeper leader's clock at its last write) unless written
+// again: for a lease that is the lease's ttl, for a waiter its wait plus a grace, so a waiter
+// whose process stalled or vanished cannot block the line for longer than it meant to wait.
+type nodeData struct {
+	V     int    `json:"v"`
+	Owner string `json:"owner"`
+	Holds uint32 `json:"holds"`
+	TTLms int64  `json:"ttl_ms"`
+}
+
+func (d nodeData) encode() []byte {
+	d.V = dataVersion
+	raw, _ := json.Marshal(d) // a struct of strings and numbers always marshals
+	return raw
+}
+
+// errBadData means a node in a key's line does not hold lock data this build understands.
+var errBadData = errors.New("zklock: not a lock node")
+
+func decodeNode(path string, raw []byte) (nodeData, error) {
+	var d nodeData
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return d, fmt.Errorf("%w: %s: %v", errBadData, path, err)
+	}
+	if d.V != dataVersion {
+		return d, fmt.Errorf("%w: %s: format %d, this build reads %d", errBadData, path, d.V, dataVersion)
+	}
+	return d, nil
+}
+
+// entry is a queue node read from ZooKeeper: its data and its stat.
+type entry struct {
+	path string
+	data nodeData
+	stat *zk.Stat
+}
+
+// holding reports whether the node is a lease rather than a waiter.
+func (e *entry) holding() bool { return e.data.Holds > 0 }
+
+// token is the node's fencing token: the zxid of its creation. Every new holder is a node
+// created after the previous holder's (it queued behind it, or the key was free), and zxids
+// order every change the ensemble ever made, so tokens strictly increase per key, even across
+// deletions of the key's parent, which reset the sequence numbers in node names.
+func (e *entry) token() uint64 { return uint64(e.stat.Czxid) }

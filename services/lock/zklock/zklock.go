@@ -1,0 +1,209 @@
+// Package zklock is the lock backend on a ZooKeeper ensemble, following the seeds' recipe and
+// fixing what it leaves out.
+//
+// Every key has a persistent parent node under Root (the key base64url-encoded); every
+// acquisition adds an EPHEMERAL_SEQUENTIAL child. The lowest child holds the lock; every other
+// child waits, watching only its predecessor (no herd, first come first served). The lease
+// itself lives in the holder node's data (owner, hold count, ttl), so any service instance
+// can re-enter, renew, release or inspect a lock another instance acquired; every change is a
+// versioned setData or delete, so two instances never overwrite each other.
+//
+// A lease ends at the first of: release; its ttl passing without renewal, measured from the
+// node's mtime on the ZooKeeper leader's clock (the instance that wrote it deletes it on a
+// timer, and any instance that meets it expired deletes it too); the session of the instance
+// that created it expiring, when that instance dies or loses the ensemble for the session
+// timeout. The fencing token is the holder node's creation zxid.
+//
+// While an instance has no session it fails every call with lock.ErrUnavailable: it cannot
+// vouch for any lock it cannot see.
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// Defaults of Config.
+const (
+	// DefaultRoot is the node every key's parent lives under.
+	DefaultRoot = "/coordkit/locks"
+	// DefaultSessionTimeout is the ZooKeeper session timeout asked for.
+	DefaultSessionTimeout = 10 * time.Second
+)
+
+// engine names the backend in lock.ErrUnavailable messages.
+const engine = "zookeeper"
+
+// Config configures Open. The zero value is usable.
+type Config struct {
+	// Root is the node the locks live under; default DefaultRoot. Open creates it, and its
+	// parents, when missing.
+	Root string
+	// SessionTimeout is the session timeout asked of the ensemble; default
+	// DefaultSessionTimeout. It is how long the ensemble keeps a silent instance's leases: a
+	// crashed or partitioned instance's locks free up this long after its last contact. The
+	// ensemble clamps it to its [minSessionTimeout, maxSessionTimeout]; keep it inside.
+	SessionTimeout time.Duration
+	// Logger receives session changes and the client library's own messages (at debug);
+	// default slog.Default().
+	Logger *slog.Logger
+}
+
+// Backend implements lock.FairBackend on ZooKeeper. Each Backend is one ZooKeeper session.
+type Backend struct {
+	conn    *zk.Conn
+	root    string
+	session time.Duration
+	log     *slog.Logger
+
+	clock   serverClock
+	state   stateWatch
+	timers  expiryTimers
+	orphans orphanList
+	leases  leaseCache
+
+	// life ends on Close: background work runs under it and callers see it as unavailable.
+	life context.Context
+	stop context.CancelFunc
+
+	mu      sync.Mutex // guards closed and wg.Add, so Close's Wait never races an Add
+	closed  bool
+	wg      sync.WaitGroup
+	closing sync.Once
+
+	// wakeups counts a waiter's watch notifications; tests check a release wakes one waiter.
+	wakeups atomic.Int64
+}
+
+var _ lock.FairBackend = (*Backend)(nil)
+
+// Open connects to the ensemble at servers (host:port each), waits for a session (as long as
+// ctx allows), creates cfg.Root when missing and returns the backend. Close ends the session,
+// which frees every lock this backend still holds.
+func Open(ctx context.Context, servers []string, cfg Config) (*Backend, error) {
+	if len(servers) == 0 {
+		return nil, errors.New("zklock: no ZooKeeper server given")
+	}
+	root := cfg.Root
+	if root == "" {
+		root = DefaultRoot
+	}
+	if !strings.HasPrefix(root, "/") || path.Clean(root) != root || root == "/" {
+		return nil, fmt.Errorf("zklock: root %q must be an absolute, clean node path below /", root)
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	b := &Backend{root: root, session: cfg.SessionTimeout, log: cfg.Logger}
+	b.life, b.stop = context.WithCancel(context.Background())
+	b.state.init()
+	b.timers.init()
+	b.orphans.init()
+	b.leases.init()
+
+	conn, _, err := zk.Connect(servers, cfg.SessionTimeout, zk.WithDialer(dialer(cfg.SessionTimeout)),
+		zk.WithLogger(zkLogger{b.log}), zk.WithLogInfo(false), zk.WithEventCallback(b.onEvent))
+	if err != nil {
+		b.stop()
+		return nil, fmt.Errorf("zklock: connect to %v: %w", servers, err)
+	}
+	b.conn = conn
+	if err := b.start(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("zklock: open %v: %w", servers, err)
+	}
+	return b, nil
+}
+
+// start waits for the first session, makes sure the root exists and takes the first clock
+// sample, so the first expiry decision already has one.
+func (b *Backend) start(ctx context.Context) error {
+	for {
+		changed := b.state.changed()
+		if b.conn.State() == zk.StateHasSession {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("no session: %w", context.Cause(ctx))
+		}
+	}
+	parts := strings.Split(b.root[1:], "/")
+	for i := range parts {
+		if err := b.createPersistent(ctx, "/"+strings.Join(parts[:i+1], "/")); err != nil {
+			return err
+		}
+	}
+	if err := b.sampleClock(ctx); err != nil {
+		return err
+	}
+	b.goTracked(b.housekeeping)
+	return nil
+}
+
+// Close ends the session: ZooKeeper deletes this backend's nodes at once, so its locks are
+// free and its waiters leave their lines. Background work stops before Close returns.
+func (b *Backend) Close() error {
+	b.closing.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		b.stop()
+		b.timers.stopAll()
+		b.conn.Close()
+		b.wg.Wait()
+	})
+	return nil
+}
+
+// goTracked runs f in a goroutine Close waits for; after Close it does nothing and says so.
+func (b *Backend) goTracked(f func()) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// parentPath is the node under which key's line lives.
+func (b *Backend) parentPath(key string) string {
+	return b.root + "/" + parentName(key)
+}
+
+// leaseEnd is the ExpiresAt a lease granted from start with ttl can promise. The lease also
+// ends if the session of the instance holding its node expires, which the ensemble does no
+// sooner than the session timeout after that instance's last contact (at or after start).
+func (b *Backend) leaseEnd(start time.Time, ttl time.Duration) time.Time {
+	return start.Add(min(ttl, b.session))
+}
+
+// zkLogger routes the ZooKeeper client's log lines to slog at debug: it logs every reconnect
+// attempt, which is noise next to the backend's own session messages.
+type zkLogger struct{ log *slog.Logger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug(fmt.Sprintf(format, args...), "component", "zookeeper-client")
+	}
+}
