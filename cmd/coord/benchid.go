@@ -86,13 +86,17 @@ func benchID(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	sw, err := benchSegmentSwitch(ctx)
+	if err != nil {
+		return err
+	}
 	url, modes, stop, err := openIDService(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	runs, runErr := runIDService(ctx, cfg, url, modes, stderr)
 	stopErr := stop()
-	if err := writeIDReport(stdout, gens, runs, cfg.asJSON); err != nil {
+	if err := writeIDReport(stdout, gens, sw, runs, cfg.asJSON); err != nil {
 		return errors.Join(err, runErr, stopErr)
 	}
 	return errors.Join(runErr, stopErr)
@@ -287,15 +291,17 @@ func modeLabel(m idgenv1.Mode) string {
 	return m.String()
 }
 
-// writeIDReport prints the two tables, or one JSON object.
-func writeIDReport(w io.Writer, gens []genResult, runs []idRunResult, asJSON bool) error {
+// writeIDReport prints the generator table, the segment switch line and the service table,
+// or one JSON object.
+func writeIDReport(w io.Writer, gens []genResult, sw switchResult, runs []idRunResult, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			Generators []genResult   `json:"generators"`
-			Service    []idRunResult `json:"service"`
-		}{gens, runs})
+			Generators    []genResult   `json:"generators"`
+			SegmentSwitch switchResult  `json:"segment_switch"`
+			Service       []idRunResult `json:"service"`
+		}{gens, sw, runs})
 	}
 	width := len("generator")
 	for _, g := range gens {
@@ -307,6 +313,9 @@ func writeIDReport(w io.Writer, gens []genResult, runs []idRunResult, asJSON boo
 		fmt.Fprintf(tw, "%-*s\t%.1f\t%d\t\n", width, g.Target, g.NsPerOp, g.Allocs)
 	}
 	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := writeSwitch(w, sw); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	fmt.Fprintln(w)

@@ -91,10 +91,11 @@ type FairBackend interface {
 }
 
 // Unavailable wraps an engine error as ErrUnavailable, unless it is the context's own
-// ending, which is returned as is so the caller sees canceled or deadline exceeded.
+// ending, whose cause is returned instead: the caller sees canceled or deadline exceeded, or
+// the server's shutdown (which the handler answers as unavailable).
 func Unavailable(ctx context.Context, engine string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	return fmt.Errorf("%w: %s: %v", ErrUnavailable, engine, err)
 }

@@ -140,8 +140,8 @@ func (a *attempt) take(ctx context.Context) (lock.Attempt, error) {
 	})
 	if q := a.b.quorum(); stamped < q {
 		a.undo(ctx, token)
-		if err := ctx.Err(); err != nil {
-			return lock.Attempt{}, err
+		if ctx.Err() != nil {
+			return lock.Attempt{}, context.Cause(ctx)
 		}
 		return lock.Attempt{}, fmt.Errorf("redlock: acquire: %w: token %d confirmed on %d of %d nodes, %d needed (%s)",
 			lock.ErrUnavailable, token, stamped, len(a.nodes), q, joinNodeErrs(errs))
@@ -241,8 +241,8 @@ func (a *attempt) failures() []nodeErr {
 
 // expired is the error of a call that took so long that no validity is left of its ttl.
 func (b *Backend) expired(ctx context.Context, op string, start time.Time, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	return fmt.Errorf("redlock: %s: %w: took %v of a %v ttl, leaving no validity",
 		op, lock.ErrUnavailable, time.Since(start).Round(time.Millisecond), ttl)

@@ -77,8 +77,8 @@ func failures[T any](b *Backend, replies []reply[T]) []nodeErr {
 // unavailable reports that too few nodes answered op, naming each failure. When ctx ended,
 // its own error is returned instead, so the caller sees canceled or deadline exceeded.
 func (b *Backend) unavailable(ctx context.Context, op string, answered int, errs []nodeErr) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	return fmt.Errorf("redlock: %s: %w: %d of %d nodes answered, %d needed (%s)",
 		op, lock.ErrUnavailable, answered, len(b.nodes), b.quorum(), joinNodeErrs(errs))

@@ -69,8 +69,8 @@ func (b *Backend) connected() bool {
 // cannot see the locks, and queueing the request until a reconnect would make the caller wait
 // on a network it cannot reach.
 func (b *Backend) ready(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	if b.life.Err() != nil {
 		return lock.Unavailable(ctx, engine, errClosed)
@@ -120,7 +120,7 @@ func call[T any](ctx context.Context, b *Backend, op func() (T, error), undo fun
 			return r.v, r.err
 		case <-ctx.Done():
 			close(gaveUp)
-			return zero, ctx.Err()
+			return zero, context.Cause(ctx)
 		case <-changed:
 			// A request queued as the connection dropped waits for the next reconnect
 			// or the library's next flush (a second or more): answer unavailable now.
@@ -138,7 +138,7 @@ func call[T any](ctx context.Context, b *Backend, op func() (T, error), undo fun
 func fail(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
-		return ctx.Err()
+		return context.Cause(ctx)
 	case errors.Is(err, lock.ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case refused(err):
