@@ -5,7 +5,7 @@ MODULES := proto libs services/lock services/idgen cmd/coord
 PKGS    := github.com/coordkit/coordkit/...
 BUF     := GOWORK=off go tool -modfile=../tools/go.mod buf
 
-.PHONY: run test backends lint generate check-generated vet standalone bench-lock
+.PHONY: run test backends lint generate check-generated vet standalone bench-lock bench-id
 
 ## run: start coordkit with the embedded defaults (SQLite in ./coordkit-data), nothing to install
 run:
@@ -43,6 +43,10 @@ vet:
 standalone:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go build ./...) || exit 1; done
 
-## bench-lock: the lock benchmark against go-redsync on the dev Redis
+## bench-lock: the lock benchmark, every backend, against go-redsync on the dev Redis nodes
 bench-lock: backends
 	go run ./cmd/coord bench lock
+
+## bench-id: the ID benchmark against bwmarrin/snowflake and google/uuid
+bench-id: backends
+	go run ./cmd/coord bench id

@@ -18,8 +18,8 @@ import (
 // switchStep is the fixed segment size of the switch measurement: small, so that a run of
 // switchCalls crosses thousands of segment boundaries.
 const (
-	switchStep  = 1000
-	switchCalls = 2_000_000
+	switchStep  = 50_000
+	switchCalls = 10_000_000
 )
 
 // switchResult compares single-ID segment calls that moved to the next segment with all

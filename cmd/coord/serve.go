@@ -38,6 +38,7 @@ type serveConfig struct {
 	defaultBackend string
 	logLevel       string
 	logFormat      string
+	compressMin    int
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -50,6 +51,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL database (default \"default\")")
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
 	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the SQLite file, or MySQL with --mysql-dsn) or redis (needs --redis-addr)")
+	fs.IntVar(&c.compressMin, "compress-min-bytes", 0, "gzip responses of at least this many bytes for clients that accept it; 0 never (best on a LAN)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 }
@@ -159,7 +161,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		}
 	}
 
-	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger})
+	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger, CompressMinBytes: cfg.compressMin})
 	svc, err := lock.NewService(lock.Config{
 		Backends: backends, Default: def, Registerer: srv.Registry(), Logger: logger,
 	})

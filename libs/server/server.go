@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -36,6 +37,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// MaxRequestBytes caps a request message; default 1 MiB.
 	MaxRequestBytes int
+	// CompressMinBytes is the smallest response gzipped for clients that accept it; 0 means
+	// never. Off by default: on the LAN these services run on, gzip costs more CPU than it
+	// saves (it halved batch ID throughput in `coord bench id`, and was a quarter of the lock
+	// service's CPU at tens of bytes per message).
+	CompressMinBytes int
 }
 
 func (c Config) withDefaults() Config {
@@ -102,14 +108,19 @@ func (s *Server) HandlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithInterceptors(s.rpc, logInterceptor{log: s.cfg.Logger}),
 		connect.WithReadMaxBytes(s.cfg.MaxRequestBytes),
-		// Lock messages are tens of bytes: gzipping them costs more CPU (compressor resets)
-		// than it saves on the wire, and was a quarter of the service's CPU in `coord bench`.
-		connect.WithCompressMinBytes(1024),
+		connect.WithCompressMinBytes(s.compressMinBytes()),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			s.cfg.Logger.ErrorContext(ctx, "panic in handler", "procedure", spec.Procedure, "panic", fmt.Sprint(p))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
 	}
+}
+
+func (s *Server) compressMinBytes() int {
+	if s.cfg.CompressMinBytes <= 0 {
+		return math.MaxInt32
+	}
+	return s.cfg.CompressMinBytes
 }
 
 // Handle mounts a Connect service as returned by its generated NewXServiceHandler, and lists
