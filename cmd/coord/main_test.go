@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,13 +18,7 @@ import (
 
 // freeAddr returns a loopback address nobody listens on right now.
 func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 }
 
 // serve runs `coord serve` in-process with args until the test ends, and checks that it shuts

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -66,27 +65,15 @@ func startInstance(t *testing.T, cfg idgen.StoreConfig) *instance {
 		t.Fatalf("idgen.Open: %v", err)
 	}
 	srv.Handle(idgenv1connect.NewIdServiceHandler(svc, srv.HandlerOptions()...))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	url, stopServer := testenv.Serve(t, srv)
 	stop := sync.OnceValue(func() error {
-		cancel()
-		err := <-done
-		if cerr := svc.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		return errors.Join(stopServer(), svc.Close())
 	})
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
 			t.Errorf("stop: %v", err)
 		}
 	})
-	url := "http://" + ln.Addr().String()
 	return &instance{url: url, client: idgenv1connect.NewIdServiceClient(client.DefaultHTTPClient(), url), stop: stop}
 }
 

@@ -4,10 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -77,23 +75,7 @@ func startInstance(t *testing.T, name string, b lock.Backend) *instance {
 		t.Fatalf("NewService: %v", err)
 	}
 	srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	stop := sync.OnceValue(func() error {
-		cancel()
-		return <-done
-	})
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	url := "http://" + ln.Addr().String()
+	url, stop := testenv.Serve(t, srv)
 	return &instance{url: url, client: client.New(url), stop: stop}
 }
 
