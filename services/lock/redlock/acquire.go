@@ -72,9 +72,15 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 		}
 	}
 	q := b.quorum()
+	failed := len(a.nodes) - taken - reentered - busy
 	switch {
 	case reentered >= q:
 		return a.reenter(ctx)
+	case reentered > 0 && reentered+failed >= q:
+		// The owner's lease may still stand on nodes that did not answer: taking the lock
+		// anew would hand out a new token and reset the hold count under a live outer hold.
+		a.undo(ctx, 0)
+		return lock.Attempt{}, b.unavailable(ctx, "acquire", taken+reentered+busy, a.failures())
 	case taken+reentered >= q:
 		return a.take(ctx)
 	}
@@ -199,8 +205,8 @@ func (a *attempt) lease(ctx context.Context, token uint64, count int64) (lock.At
 // confirmed it.
 func (a *attempt) stamp(ctx context.Context, token uint64, count int64, pick func(firstRound) bool) (int, []nodeErr) {
 	replies := fanOut(ctx, a.b, a.timeout, func(i int) bool { return pick(a.nodes[i]) },
-		func(ctx context.Context, _ int, rdb redis.Scripter) (int64, error) {
-			return stampScript.Run(ctx, rdb, a.keys, a.owner, token, count).Int64()
+		func(ctx context.Context, i int, rdb redis.Scripter) (int64, error) {
+			return stampScript.Run(ctx, rdb, a.keys, a.owner, token, count, a.nodes[i].count).Int64()
 		})
 	stamped := 0
 	for _, r := range replies {

@@ -33,12 +33,18 @@ return {0, counter, tonumber(v[2]), tonumber(v[3]), redis.call('PTTL', KEYS[1]),
 `)
 
 // stampScript is an acquire's second round: ARGV[1] owner, ARGV[2] fencing token, ARGV[3]
-// hold count. Only while the node still holds the lock for owner, it writes the token and
-// count into the lock and raises the counter to at least the token; the lease is left as the
-// first round set it. Returns 1 when stamped, 0 when the owner no longer holds it here.
+// hold count, ARGV[4] the hold count the node reported in the first round. Only while the
+// node still holds the lock for owner, it writes the token into the lock, moves the count
+// from ARGV[4] to ARGV[3] (keeping holds the same owner's concurrent calls added or gave back
+// since the first round, at least 1) and raises the counter to at least the token; the lease
+// is left as the first round set it. Returns 1 when stamped, 0 when the owner no longer holds
+// it here.
 var stampScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'count', ARGV[3])
+local v = redis.call('HMGET', KEYS[1], 'owner', 'count')
+if v[1] ~= ARGV[1] then return 0 end
+local count = (tonumber(v[2]) or 0) + tonumber(ARGV[3]) - tonumber(ARGV[4])
+if count < 1 then count = 1 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[2], 'count', count)
 if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end

@@ -111,8 +111,9 @@ func (b *Backend) promote(ctx context.Context, key, path, owner string, ttl time
 	start := time.Now()
 	d := nodeData{Owner: owner, Holds: 1, TTLms: ttl.Milliseconds()}
 	st, err := b.set(ctx, path, d, 0, func(*zk.Stat, error) {
-		// A lease nobody was told about: give the lock to the next in line.
-		b.abandon(path, -1)
+		// A lease nobody was told about: give the lock to the next in line, unless a
+		// re-entry by the same owner has been granted on it since (version past 1).
+		b.abandon(path, 1)
 	})
 	switch {
 	case moved(err):
