@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,15 +108,4 @@ func (p *MariaDBProcess) open() *sql.DB {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// FreePort returns a loopback TCP port nobody listens on right now, for a server a test starts.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

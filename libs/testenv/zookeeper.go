@@ -42,12 +42,7 @@ func StartZooKeeper(t testing.TB) *ZooKeeperProcess {
 	if _, err := os.Stat(script); err != nil {
 		t.Fatalf("testenv: no ZooKeeper server script at %s (%v); install it with deploy/dev/backends.sh up or set COORDKIT_TEST_ZK_SERVER", script, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: pick a port for ZooKeeper: %v", err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := FreePort(t)
 
 	z := &ZooKeeperProcess{t: t, dir: t.TempDir(), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 	// No admin server (it would take port 8080) and only the four-letter word the readiness
@@ -90,7 +85,7 @@ func (z *ZooKeeperProcess) Start() {
 		"ZOO_LOG_DIR="+z.dir,
 		"JVMFLAGS=-Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 	)
-	out := new(zkOutput)
+	out := new(syncBuffer)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		z.t.Fatalf("testenv: start ZooKeeper: %v", err)
@@ -145,22 +140,4 @@ func zkServing(addr string) bool {
 	}
 	out, _ := io.ReadAll(c)
 	return bytes.Contains(out, []byte("Mode: standalone"))
-}
-
-// zkOutput collects a ZooKeeper process's output, safe for its writer and the test's reader.
-type zkOutput struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *zkOutput) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *zkOutput) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
