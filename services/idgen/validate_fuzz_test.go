@@ -1,14 +1,12 @@
 package idgen
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"unicode"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
-
+	"github.com/coordkit/coordkit/libs/testenv"
 	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 )
 
@@ -26,16 +24,7 @@ func FuzzParseNext(f *testing.F) {
 	f.Fuzz(func(t *testing.T, mode int32, tag string, count uint32) {
 		p, err := parseNext(&idgenv1.NextRequest{Mode: idgenv1.Mode(mode), Tag: tag, Count: count})
 		if err != nil {
-			var ce *connect.Error
-			if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
-				t.Fatalf("error %v is not invalid_argument", err)
-			}
-			field, _, _ := strings.Cut(ce.Message(), ":")
-			switch field {
-			case "mode", "tag", "count":
-			default:
-				t.Fatalf("error %q names no field", ce.Message())
-			}
+			testenv.WantInvalidField(t, err, "mode", "tag", "count")
 			return
 		}
 		if p.count < 1 || p.count > MaxCount {
@@ -65,16 +54,7 @@ func FuzzParseCreateTag(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tag string, start, step int64, description string) {
 		p, err := parseCreateTag(&idgenv1.CreateTagRequest{Tag: tag, Start: start, Step: step, Description: description})
 		if err != nil {
-			var ce *connect.Error
-			if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
-				t.Fatalf("error %v is not invalid_argument", err)
-			}
-			field, _, _ := strings.Cut(ce.Message(), ":")
-			switch field {
-			case "tag", "start", "step", "description":
-			default:
-				t.Fatalf("error %q names no field", ce.Message())
-			}
+			testenv.WantInvalidField(t, err, "tag", "start", "step", "description")
 			return
 		}
 		if p.start < 1 || p.start > 1<<62 || p.step < 1 || p.step > MaxStep || len(p.description) > MaxDescriptionBytes {

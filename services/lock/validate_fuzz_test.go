@@ -1,14 +1,13 @@
 package lock
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/coordkit/coordkit/libs/testenv"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
@@ -30,16 +29,7 @@ func FuzzParseAcquire(f *testing.F) {
 		}
 		p, err := parseAcquire(req)
 		if err != nil {
-			var ce *connect.Error
-			if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
-				t.Fatalf("error %v is not invalid_argument", err)
-			}
-			field, _, _ := strings.Cut(ce.Message(), ":")
-			switch field {
-			case "key", "owner", "ttl", "wait":
-			default:
-				t.Fatalf("error %q names no field", ce.Message())
-			}
+			testenv.WantInvalidField(t, err, "key", "owner", "ttl", "wait")
 			return
 		}
 		if p.key == "" || len(p.key) > MaxKeyBytes || !utf8.ValidString(p.key) || strings.Contains(p.key, "\x00") {
