@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -18,7 +19,14 @@ var (
 	ErrNotOwner = errors.New("lock: held by another owner")
 	// ErrUnavailable means the backend could not be reached or did not answer.
 	ErrUnavailable = errors.New("lock: backend unavailable")
+	// ErrHoldLimit means a re-entry would take the owner's hold count past MaxHoldCount; the
+	// lease is left as it was.
+	ErrHoldLimit = errors.New("lock: hold count at its limit")
 )
+
+// MaxHoldCount is the most holds one owner can have on one lock: the hold count travels as a
+// uint32, and a re-entry at this count fails with ErrHoldLimit rather than wrap to 0.
+const MaxHoldCount = math.MaxUint32
 
 // Lease is a held lock as its holder sees it.
 type Lease struct {
@@ -64,13 +72,16 @@ type Attempt struct {
 // for concurrent use.
 type Backend interface {
 	// TryAcquire makes one attempt: it takes a free or expired lock with a new fencing token,
-	// re-enters a lock the owner holds (hold count + 1, lease extended to ttl, same token), or
-	// reports the holder.
+	// re-enters a lock the owner holds (hold count + 1, lease extended to ttl, same token;
+	// ErrHoldLimit at MaxHoldCount), or reports the holder. The lease remembers ttl as its own
+	// ttl, which a Renew without a ttl reuses.
 	TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (Attempt, error)
 	// Release drops one hold of owner's lease and returns the holds left; at 0 the lock is
 	// free. It fails with ErrNotHeld or ErrNotOwner.
 	Release(ctx context.Context, key, owner string) (remaining uint32, err error)
-	// Renew extends owner's lease to now + ttl. It fails with ErrNotHeld or ErrNotOwner.
+	// Renew extends owner's lease to now + ttl. A ttl of 0 means the lease's own ttl: the one
+	// the acquire or renew that last set a ttl asked for. A non-zero ttl becomes the lease's
+	// own. It fails with ErrNotHeld or ErrNotOwner.
 	Renew(ctx context.Context, key, owner string, ttl time.Duration) (Lease, error)
 	// Inspect reports the lock's state.
 	Inspect(ctx context.Context, key string) (State, error)
