@@ -19,7 +19,6 @@ import (
 	"github.com/coordkit/coordkit/services/idgen/redisincr"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
-	"github.com/coordkit/coordkit/services/idgen/workerid"
 )
 
 // Config configures a Service. UUID modes need nothing; every other mode is enabled by its
@@ -148,7 +147,7 @@ func (s *Service) Next(ctx context.Context, req *idgenv1.NextRequest) (*idgenv1.
 	mode := p.mode.String()
 	if err != nil {
 		s.metrics.errors.WithLabelValues(mode).Inc()
-		return nil, toConnect(err, p.tag)
+		return nil, toConnect(ctx, err, p.tag)
 	}
 	s.metrics.issued.WithLabelValues(mode).Add(float64(len(ids)))
 	return &idgenv1.NextResponse{Ids: ids}, nil
@@ -180,7 +179,7 @@ func (s *Service) CreateTag(ctx context.Context, req *idgenv1.CreateTagRequest) 
 	}
 	t, err := s.segments.CreateTag(ctx, p.tag, p.start, p.step, p.description)
 	if err != nil {
-		return nil, toConnect(err, p.tag)
+		return nil, toConnect(ctx, err, p.tag)
 	}
 	s.log.InfoContext(ctx, "idgen: created segment tag", "tag", p.tag, "start", p.start, "step", p.step)
 	return &idgenv1.CreateTagResponse{Tag: tagToProto(t)}, nil
@@ -193,7 +192,7 @@ func (s *Service) ListTags(ctx context.Context, _ *idgenv1.ListTagsRequest) (*id
 	}
 	tags, err := s.segments.Tags(ctx)
 	if err != nil {
-		return nil, toConnect(err, "")
+		return nil, toConnect(ctx, err, "")
 	}
 	out := &idgenv1.ListTagsResponse{Tags: make([]*idgenv1.TagState, len(tags))}
 	for i, t := range tags {
@@ -220,23 +219,18 @@ func tagToProto(t segment.TagState) *idgenv1.TagState {
 	return out
 }
 
-// toConnect maps engine errors to Connect codes; this is the only place that does. tag is
-// named in not_found and already_exists messages.
-func toConnect(err error, tag string) error {
-	code := connect.CodeInternal
+// toConnect maps the ID engines' own errors to Connect codes; everything the services share
+// (unavailable stores, shutdown, context endings) goes through server.Error, the one mapping.
+// tag is named in not_found and already_exists messages.
+func toConnect(ctx context.Context, err error, tag string) error {
 	switch {
 	case errors.Is(err, segment.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("tag: %q does not exist; create it with CreateTag (coord id create-tag)", tag))
 	case errors.Is(err, segment.ErrExists):
 		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("tag: %q already exists", tag))
 	case errors.Is(err, snowflake.ErrLeaseLost), errors.Is(err, snowflake.ErrClockBackwards),
-		errors.Is(err, segment.ErrUnavailable), errors.Is(err, redisincr.ErrUnavailable),
-		errors.Is(err, workerid.ErrUnavailable), errors.Is(err, server.ErrShutdown):
-		code = connect.CodeUnavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
+		errors.Is(err, segment.ErrUnavailable), errors.Is(err, redisincr.ErrUnavailable):
+		return connect.NewError(connect.CodeUnavailable, err)
 	}
-	return connect.NewError(code, err)
+	return server.Error(ctx, err)
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/coordkit/coordkit/libs/server"
 )
 
 // Errors a Backend returns; the handler maps them to Connect codes at the edge.
@@ -17,8 +19,9 @@ var (
 	ErrNotHeld = errors.New("lock: not held")
 	// ErrNotOwner means the lock is held, by another owner.
 	ErrNotOwner = errors.New("lock: held by another owner")
-	// ErrUnavailable means the backend could not be reached or did not answer.
-	ErrUnavailable = errors.New("lock: backend unavailable")
+	// ErrUnavailable means the backend could not be reached or did not answer. It wraps
+	// server.ErrUnavailable, which every service answers as unavailable.
+	ErrUnavailable = fmt.Errorf("lock: %w", server.ErrUnavailable)
 	// ErrHoldLimit means a re-entry would take the owner's hold count past MaxHoldCount; the
 	// lease is left as it was.
 	ErrHoldLimit = errors.New("lock: hold count at its limit")
@@ -103,10 +106,8 @@ type FairBackend interface {
 
 // Unavailable wraps an engine error as ErrUnavailable, unless it is the context's own
 // ending, whose cause is returned instead: the caller sees canceled or deadline exceeded, or
-// the server's shutdown (which the handler answers as unavailable).
+// the server's shutdown (which the handler answers as unavailable). It is
+// server.Unavailable, the one helper every service's engines share.
 func Unavailable(ctx context.Context, engine string, err error) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return fmt.Errorf("%w: %s: %v", ErrUnavailable, engine, err)
+	return server.Unavailable(ctx, ErrUnavailable, engine, err)
 }

@@ -143,7 +143,7 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	att, err := s.acquire(ctx, name, b, p.key, p.owner, p.ttl, p.wait)
 	if err != nil {
 		s.metrics.acquires.WithLabelValues(name, "error").Inc()
-		return nil, toConnect(err)
+		return nil, toConnect(ctx, err)
 	}
 	if !att.Acquired {
 		s.metrics.acquires.WithLabelValues(name, "busy").Inc()
@@ -213,7 +213,7 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	remaining, err := b.Release(ctx, req.GetKey(), req.GetOwner())
 	if err != nil {
 		s.metrics.releases.WithLabelValues(name, "error").Inc()
-		return nil, toConnect(err)
+		return nil, toConnect(ctx, err)
 	}
 	result := "released"
 	if remaining == 0 {
@@ -241,7 +241,7 @@ func (s *Service) Renew(ctx context.Context, req *lockv1.RenewRequest) (*lockv1.
 	}
 	lease, err := b.Renew(ctx, req.GetKey(), req.GetOwner(), ttl)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, toConnect(ctx, err)
 	}
 	return &lockv1.RenewResponse{Lease: leaseToProto(name, lease)}, nil
 }
@@ -257,25 +257,21 @@ func (s *Service) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*loc
 	}
 	st, err := b.Inspect(ctx, req.GetKey())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, toConnect(ctx, err)
 	}
 	return &lockv1.InspectResponse{State: stateToProto(req.GetKey(), name, st)}, nil
 }
 
-// toConnect maps domain errors to Connect codes; this is the only place that does.
-func toConnect(err error) error {
-	code := connect.CodeInternal
+// toConnect maps the lock's own errors to Connect codes; everything the services share
+// (unavailable backends, shutdown, context endings) goes through server.Error, the one mapping.
+func toConnect(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, ErrNotHeld):
-		code = connect.CodeFailedPrecondition
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, ErrNotOwner):
-		code = connect.CodePermissionDenied
-	case errors.Is(err, ErrUnavailable), errors.Is(err, server.ErrShutdown):
-		code = connect.CodeUnavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
+		return connect.NewError(connect.CodePermissionDenied, err)
+	case errors.Is(err, ErrHoldLimit):
+		return connect.NewError(connect.CodeResourceExhausted, err)
 	}
-	return connect.NewError(code, err)
+	return server.Error(ctx, err)
 }

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/coordkit/coordkit/libs/server"
 )
 
 // Errors a Store returns.
@@ -20,8 +22,9 @@ var (
 	ErrNoFreeID = errors.New("workerid: no free worker id")
 	// ErrLost means the lease ended (expired, or was taken over) before it was renewed.
 	ErrLost = errors.New("workerid: lease lost")
-	// ErrUnavailable means the store could not be reached or did not answer.
-	ErrUnavailable = errors.New("workerid: store unavailable")
+	// ErrUnavailable means the store could not be reached or did not answer. It wraps
+	// server.ErrUnavailable, which every service answers as unavailable.
+	ErrUnavailable = fmt.Errorf("workerid: %w", server.ErrUnavailable)
 )
 
 // Lease is a held worker id.
@@ -54,10 +57,8 @@ type Store interface {
 // Count is how many worker ids the stores hand out: the 10 bits of the snowflake layout.
 const Count = 1024
 
-// unavailable wraps a store error as ErrUnavailable, unless it is the context's own ending.
+// unavailable wraps a store error as ErrUnavailable, unless it is the context's own ending,
+// whose cause is returned instead (see server.Unavailable).
 func unavailable(ctx context.Context, store string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	return fmt.Errorf("%w: %s: %v", ErrUnavailable, store, err)
+	return server.Unavailable(ctx, ErrUnavailable, store, err)
 }

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"connectrpc.com/connect"
+)
+
+// ErrUnavailable is the one "backend unavailable" every service shares: each domain's own
+// sentinel wraps it (lock.ErrUnavailable, workerid.ErrUnavailable, ...), so the edge answers
+// unavailable for all of them without listing them.
+var ErrUnavailable = errors.New("backend unavailable")
+
+// Unavailable is how an engine reports that its backend failed: err wrapped as sentinel (a
+// domain sentinel that wraps ErrUnavailable) and named after engine. When ctx has ended the
+// failure is only the ending's echo, so context.Cause(ctx) is returned instead: the caller
+// sees canceled or deadline_exceeded, or the server's shutdown (ErrShutdown, unavailable).
+// err is kept as text, not wrapped, so a driver's own timeout cannot pass for the caller's
+// deadline.
+func Unavailable(ctx context.Context, sentinel error, engine string, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return fmt.Errorf("%w: %s: %v", sentinel, engine, err)
+}
+
+// CodeOf is the Connect code of an error every service shares, and false for a domain error
+// the service must map itself: a Connect error keeps its code; the server's shutdown and an
+// unavailable backend are unavailable; a context's own ending is canceled or
+// deadline_exceeded.
+func CodeOf(err error) (connect.Code, bool) {
+	var ce *connect.Error
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.As(err, &ce):
+		return ce.Code(), true
+	case errors.Is(err, ErrShutdown), errors.Is(err, ErrUnavailable):
+		return connect.CodeUnavailable, true
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return connect.CodeDeadlineExceeded, true
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled, true
+	}
+	return 0, false
+}
+
+// Error is err as a handler of a request with context ctx returns it: a Connect error with
+// the code of CodeOf, or internal for an error nobody mapped. When err is ctx's own ending,
+// the ending's cause decides, so a request ended by the server's shutdown is unavailable even
+// when the code that saw it returned ctx.Err().
+func Error(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		if cause := context.Cause(ctx); cause != ctxErr {
+			err = fmt.Errorf("%w (%w)", cause, err)
+		}
+	}
+	code, ok := CodeOf(err)
+	if !ok {
+		code = connect.CodeInternal
+	}
+	return connect.NewError(code, err)
+}
+
+// Ended says whether err is a request that ended without a failure of the service: the
+// caller canceled it or its deadline passed, or the server is shutting down. Logs and
+// metrics keep these apart from backend failures.
+func Ended(err error) bool {
+	if errors.Is(err, ErrShutdown) {
+		return true
+	}
+	code, ok := CodeOf(err)
+	return ok && (code == connect.CodeCanceled || code == connect.CodeDeadlineExceeded)
+}
