@@ -9,8 +9,9 @@ type Dialect struct {
 	// coordkit_locks(scope, lock_key, owner, hold_count, fencing_token, expires_at) with the
 	// primary key (scope, lock_key): the unique key that makes two holders impossible.
 	Schema []string
-	// NowMillis is an expression for the database's clock in Unix milliseconds: the database,
-	// never a service instance's clock, decides expiry.
+	// NowMillis is an expression for the database's clock in Unix milliseconds, truncated
+	// (never rounded up: expiry relies on the instant read being at most a millisecond past
+	// it): the database, never a service instance's clock, decides expiry.
 	NowMillis string
 	// ForUpdate follows a SELECT that reads a row the transaction will change ("" when the
 	// engine locks the whole database for a write transaction, as SQLite's BEGIN IMMEDIATE).
@@ -32,7 +33,10 @@ var SQLite = Dialect{
 		expires_at    INTEGER NOT NULL DEFAULT 0,
 		PRIMARY KEY (scope, lock_key)
 	) WITHOUT ROWID`},
-	NowMillis:    "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+	// SQLite's clock is whole milliseconds, which 'subsec' turns into a floating-point
+	// number of seconds: times 1000 it may come out as …999.9999, which a CAST would
+	// truncate to a millisecond early. ROUND recovers the exact millisecond.
+	NowMillis:    "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
 	ForUpdate:    "",
 	InsertIgnore: "INSERT OR IGNORE",
 }

@@ -70,6 +70,21 @@ type row struct {
 // held reports whether the row is a live lease.
 func (r row) held() bool { return r.owner != "" && r.expiresAt > r.now }
 
+// expiry is the expires_at to store for a lease of ttl granted when the database clock read
+// now. The clock counts whole milliseconds, truncated: the instant it was read may be up to a
+// millisecond past now. So the ttl rounds up to whole milliseconds and one more is added;
+// the row then stays held until the database clock reads past now + 1 + ttl, strictly after
+// (read instant + ttl), and so after the expires_at reported to the caller, which is
+// measured from before the database was asked.
+func expiry(now int64, ttl time.Duration) int64 {
+	return now + 1 + ceilMillis(ttl)
+}
+
+// ceilMillis is d in whole milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // state converts the row to the public view, moving its expiry onto the local clock.
 func (r row) state() lock.State {
 	if !r.held() {
@@ -150,7 +165,7 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 	start := time.Now()
 	var att lock.Attempt
 	err := b.inTx(ctx, key, true, func(r row) (*row, error) {
-		expires := r.now + ttl.Milliseconds()
+		expires := expiry(r.now, ttl)
 		switch {
 		case !r.held(): // free, released or expired: take it over with a new token
 			att = lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: r.token + 1, HoldCount: 1}}
@@ -197,7 +212,7 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 			return nil, err
 		}
 		lease = lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds, ExpiresAt: start.Add(ttl)}
-		return &row{owner: owner, holds: r.holds, token: r.token, expiresAt: r.now + ttl.Milliseconds()}, nil
+		return &row{owner: owner, holds: r.holds, token: r.token, expiresAt: expiry(r.now, ttl)}, nil
 	})
 	return lease, err
 }
@@ -228,6 +243,16 @@ func ownedBy(r row, owner string) error {
 		return lock.ErrNotHeld
 	case r.owner != owner:
 		return lock.ErrNotOwner
+	}
+	return nil
+}
+
+// DropScope deletes every lock of scope from db. It is for a scope that will never be used
+// again, such as a test's: a later backend in that scope would hand out fencing tokens again
+// from 1.
+func DropScope(ctx context.Context, db *sql.DB, scope string) error {
+	if _, err := db.ExecContext(ctx, "DELETE FROM coordkit_locks WHERE scope = ?", scope); err != nil {
+		return fmt.Errorf("sqllock: drop scope %q: %w", scope, err)
 	}
 	return nil
 }
