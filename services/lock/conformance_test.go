@@ -36,6 +36,9 @@ var behaviours = []struct {
 	{"DistinctKeysConcurrently", testDistinctKeysConcurrently},
 	{"WatchdogKeepsLock", testWatchdogKeepsLock},
 	{"LostWhenServiceUnreachable", testLostWhenServiceUnreachable},
+	{"SameOwnerConcurrentReentry", testSameOwnerConcurrentReentry},
+	{"TakeoverNotBeforeExpiry", testTakeoverNotBeforeExpiry},
+	{"RenewKeepsOwnTTL", testRenewKeepsOwnTTL},
 }
 
 func TestConformance(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package redislock is the lock backend on a single Redis (or Redis Cluster): one Lua script
-// per operation, a server-side hold count for reentrancy, and a per-key fencing counter raised
-// with INCR inside the acquire script.
+// per operation, a server-side hold count for reentrancy, and fencing tokens from a per-slot
+// counter raised with INCR inside the acquire script (see Layout), so a free key leaves no
+// state behind.
 package redislock
 
 import (
@@ -19,13 +20,13 @@ const DefaultPrefix = "coordkit:lock"
 // Backend implements lock.Backend on Redis.
 type Backend struct {
 	rdb    redis.Scripter
-	prefix string
+	layout Layout
 }
 
 var _ lock.Backend = (*Backend)(nil)
 
-// New returns a backend on rdb whose keys start with prefix (DefaultPrefix when empty). The
-// backend does not own rdb: whoever made the client closes it.
+// New returns a backend on rdb whose keys start with prefix (DefaultPrefix when empty; no
+// braces, see NewLayout). The backend does not own rdb: whoever made the client closes it.
 //
 // Make rdb with retries off (redis.Options.MaxRetries = -1): the client cannot know whether a
 // script whose reply was lost ran, and running the acquire script twice would count one
@@ -35,19 +36,16 @@ func New(rdb redis.Scripter, prefix string) *Backend {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return &Backend{rdb: rdb, prefix: prefix}
+	return &Backend{rdb: rdb, layout: NewLayout(prefix)}
 }
 
-// keys returns the lock hash and fencing counter keys of key. The braces make key the hash
-// tag of both, so they live in one Cluster slot whatever key contains.
-func (b *Backend) keys(key string) []string {
-	return []string{b.prefix + ":{" + key + "}", b.prefix + ":fence:{" + key + "}"}
-}
+// keys returns the lock hash and fencing counter keys of key.
+func (b *Backend) keys(key string) []string { return b.layout.Keys(key) }
 
 // TryAcquire implements lock.Backend.
 func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	res, err := acquireScript.Run(ctx, b.rdb, b.keys(key), owner, ttl.Milliseconds()).Slice()
+	res, err := acquireScript.Run(ctx, b.rdb, b.keys(key), owner, ttl.Milliseconds(), lock.MaxHoldCount).Slice()
 	if err != nil {
 		return lock.Attempt{}, lock.Unavailable(ctx, "redis", err)
 	}
@@ -55,7 +53,10 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 		return lock.Attempt{}, fmt.Errorf("redislock: acquire script returned %d values", len(res))
 	}
 	fence, count, ms := toInt(res[1]), toInt(res[2]), toInt(res[3])
-	if toInt(res[0]) == 1 {
+	switch toInt(res[0]) {
+	case -3:
+		return lock.Attempt{}, fmt.Errorf("redislock: %w (%d)", lock.ErrHoldLimit, count)
+	case 1:
 		return lock.Attempt{Acquired: true, Lease: lock.Lease{
 			Key: key, Owner: owner, FencingToken: uint64(fence),
 			ExpiresAt: start.Add(ttl), HoldCount: uint32(count),
@@ -70,7 +71,7 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 
 // Release implements lock.Backend.
 func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
-	n, err := ReleaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner).Int64()
+	n, err := releaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner).Int64()
 	if err != nil {
 		return 0, lock.Unavailable(ctx, "redis", err)
 	}
@@ -83,16 +84,19 @@ func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error
 // Renew implements lock.Backend.
 func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
 	start := time.Now()
-	res, err := RenewScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, ttl.Milliseconds()).Slice()
+	res, err := renewScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, ttl.Milliseconds()).Slice()
 	if err != nil {
 		return lock.Lease{}, lock.Unavailable(ctx, "redis", err)
 	}
 	if err := statusErr(toInt(res[0])); err != nil {
 		return lock.Lease{}, err
 	}
+	if len(res) != 4 {
+		return lock.Lease{}, fmt.Errorf("redislock: renew script returned %d values", len(res))
+	}
 	return lock.Lease{
 		Key: key, Owner: owner, FencingToken: uint64(toInt(res[1])),
-		ExpiresAt: start.Add(ttl), HoldCount: uint32(toInt(res[2])),
+		ExpiresAt: start.Add(time.Duration(toInt(res[3])) * time.Millisecond), HoldCount: uint32(toInt(res[2])),
 	}, nil
 }
 

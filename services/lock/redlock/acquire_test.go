@@ -71,16 +71,32 @@ func TestTryAcquireOutcomes(t *testing.T) {
 			after: []hold{{me, 7, 2}, {me, 7, 2}, {me, 7, 2}}, afterCounter: []int64{7, 7, 7},
 		},
 		{
-			name:  "own lease with counts that drifted: the majority's count wins",
+			// Rewriting a node whose count differs would turn a difference that other calls
+			// in flight will close into a permanent one: counts are only ever counted.
+			name:  "own lease with counts that differ: the majority's count is reported, no node rewritten",
 			holds: []hold{{me, 7, 2}, {me, 7, 3}, {me, 7, 2}}, counters: []int64{7, 7, 7},
 			acquired: true, token: 7, count: 3,
-			after: []hold{{me, 7, 3}, {me, 7, 3}, {me, 7, 3}},
+			after: []hold{{me, 7, 3}, {me, 7, 4}, {me, 7, 3}},
 		},
 		{
 			name:  "own acquire still unconfirmed: contended by itself, holds restored",
 			holds: []hold{{me, 0, 1}, {me, 0, 1}, {me, 0, 1}}, counters: []int64{4, 4, 4},
 			holder: me, holderToken: 0,
 			after: []hold{{me, 0, 1}, {me, 0, 1}, {me, 0, 1}},
+		},
+		{
+			name:  "own acquire confirmed on a majority, one node still pending: re-entry, the pending node joins",
+			holds: []hold{{me, 6, 1}, {me, 6, 1}, {me, 0, 1}}, counters: []int64{6, 6, 5},
+			acquired: true, token: 6, count: 2,
+			after: []hold{{me, 6, 2}, {me, 6, 2}, {me, 6, 2}}, afterCounter: []int64{6, 6, 6},
+		},
+		{
+			// The pending take is another attempt's, which can no longer reach a majority:
+			// this one takes the lock and leaves that take for its own attempt to drop.
+			name:  "own acquire pending on a minority: a new lease on the free majority",
+			holds: []hold{{me, 0, 1}, free, free}, counters: []int64{4, 4, 4},
+			acquired: true, token: 5, count: 1,
+			after: []hold{{me, 0, 1}, {me, 5, 1}, {me, 5, 1}},
 		},
 		{
 			name: "one node down", counters: []int64{2, 2, 2}, down: []int{2},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/lock"
+	"github.com/coordkit/coordkit/services/lock/redislock"
 )
 
 // cluster is a test's view of the shared Redlock dev nodes: every node behind its own proxy,
@@ -74,7 +75,7 @@ func (h hold) String() string {
 func (c *cluster) seed(key string, holds []hold, counters []int64) {
 	c.t.Helper()
 	ctx := context.Background()
-	keys := (&Backend{prefix: c.prefix}).keys(key)
+	keys := redislock.NewLayout(c.prefix).Keys(key)
 	for i, d := range c.direct {
 		if i < len(holds) && holds[i].owner != "" {
 			h := holds[i]
@@ -96,7 +97,7 @@ func (c *cluster) seed(key string, holds []hold, counters []int64) {
 func (c *cluster) holds(key string) []hold {
 	c.t.Helper()
 	ctx := context.Background()
-	k := (&Backend{prefix: c.prefix}).keys(key)[0]
+	k := redislock.NewLayout(c.prefix).Keys(key)[0]
 	out := make([]hold, len(c.direct))
 	for i, d := range c.direct {
 		m, err := d.HGetAll(ctx, k).Result()
@@ -119,7 +120,7 @@ func (c *cluster) holds(key string) []hold {
 // counters reads key's fencing counter on every node.
 func (c *cluster) counters(key string) []int64 {
 	c.t.Helper()
-	k := (&Backend{prefix: c.prefix}).keys(key)[1]
+	k := redislock.NewLayout(c.prefix).Keys(key)[1]
 	out := make([]int64, len(c.direct))
 	for i, d := range c.direct {
 		n, err := d.Get(context.Background(), k).Int64()

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/services/lock"
+	"github.com/coordkit/coordkit/services/lock/redislock"
 )
 
 // DefaultPrefix starts every key the backend writes.
@@ -42,7 +43,7 @@ const (
 
 // Config configures a Backend.
 type Config struct {
-	// Prefix starts every key; default DefaultPrefix.
+	// Prefix starts every key; default DefaultPrefix. It must not contain braces.
 	Prefix string
 	// NodeTimeout bounds one call to one node; default DefaultNodeTimeout. Calls about a lease
 	// (acquire, renew) cap it at a tenth of the lease's ttl, whatever it is set to, so that
@@ -59,7 +60,7 @@ type node struct {
 // Backend implements lock.Backend with Redlock over independent Redis nodes.
 type Backend struct {
 	nodes   []node
-	prefix  string
+	layout  redislock.Layout
 	timeout time.Duration
 	// owned are the clients Open made, closed by Close; nil for New.
 	owned []*redis.Client
@@ -75,10 +76,11 @@ var _ lock.Backend = (*Backend)(nil)
 // one re-entry as two holds. Enable ContextTimeoutEnabled too, or the per-node timeout only
 // applies while waiting for a connection, not while waiting for the reply.
 func New(clients []redis.Scripter, cfg Config) *Backend {
-	b := &Backend{prefix: cfg.Prefix, timeout: cfg.NodeTimeout}
-	if b.prefix == "" {
-		b.prefix = DefaultPrefix
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
 	}
+	b := &Backend{layout: redislock.NewLayout(prefix), timeout: cfg.NodeTimeout}
 	if b.timeout <= 0 {
 		b.timeout = DefaultNodeTimeout
 	}
@@ -149,10 +151,8 @@ func (b *Backend) Close() error {
 }
 
 // keys returns the lock hash and fencing counter keys of key, laid out as the single-Redis
-// backend does. The hash tag is not needed on standalone nodes, but keeps the layout one.
-func (b *Backend) keys(key string) []string {
-	return []string{b.prefix + ":{" + key + "}", b.prefix + ":fence:{" + key + "}"}
-}
+// backend does on every node.
+func (b *Backend) keys(key string) []string { return b.layout.Keys(key) }
 
 // quorum is the number of nodes that makes a majority.
 func (b *Backend) quorum() int { return len(b.nodes)/2 + 1 }

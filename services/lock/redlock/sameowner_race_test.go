@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/coordkit/coordkit/services/lock/redislock"
 )
 
 // hookedScripter runs before(sha) ahead of every script call to the node.
@@ -26,60 +24,62 @@ func (h hookedScripter) Eval(ctx context.Context, script string, keys []string, 
 	return h.Scripter.Eval(ctx, script, keys, args...)
 }
 
-// TestConcurrentSameOwnerAcquireKeepsLease: an acquire by the same owner that runs its first
-// round between another acquire's two rounds re-enters the unconfirmed take, reports busy and
-// gives its hold back. The second round must not overwrite that hold count, or giving the hold
-// back deletes the lease the first acquire just returned, and another owner takes the lock.
+// TestConcurrentSameOwnerAcquireKeepsLease: an acquire by the same owner (Y) that runs
+// entirely between another acquire's (X) two rounds meets X's pending takes. It must neither
+// count a hold on them nor give one back: it reports busy, held by the owner itself, and X's
+// lease comes out with exactly one hold on every node, which another owner cannot take.
 func TestConcurrentSameOwnerAcquireKeepsLease(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	const key, me = "k", "me"
 
-	firstRoundDone := make(chan struct{})
-	xDone := make(chan struct{})
-	var yRound1, yUndo sync.Once
-	var yClients []redis.Scripter
+	var direct []redis.Scripter
 	for _, d := range c.direct {
-		yClients = append(yClients, hookedScripter{d, func(sha string) {
-			if sha == redislock.ReleaseScript.Hash() {
-				yRound1.Do(func() { close(firstRoundDone) })
-				<-xDone // Y gives its hold back only after X confirmed its lease
-			}
-		}})
+		direct = append(direct, d)
 	}
-	y := New(yClients, Config{Prefix: c.prefix, NodeTimeout: 5 * time.Second})
+	y := New(direct, Config{Prefix: c.prefix, NodeTimeout: 5 * time.Second})
 
-	var yWG sync.WaitGroup
+	var once sync.Once
 	var xClients []redis.Scripter
 	for _, d := range c.direct {
 		xClients = append(xClients, hookedScripter{d, func(sha string) {
-			if sha == stampScript.Hash() {
-				yUndo.Do(func() {
-					yWG.Add(1)
-					go func() {
-						defer yWG.Done()
-						att, err := y.TryAcquire(context.Background(), key, me, time.Minute)
-						if err != nil || att.Acquired {
-							t.Errorf("Y TryAcquire = %+v, %v; want busy, held by itself", att, err)
-						}
-					}()
-					<-firstRoundDone
-				})
+			if sha != stampScript.Hash() {
+				return
 			}
+			once.Do(func() {
+				att, err := y.TryAcquire(context.Background(), key, me, time.Minute)
+				if err != nil || att.Acquired || att.Holder.HolderID != holderID(me) {
+					t.Errorf("Y TryAcquire between X's rounds = %+v, %v; want busy, held by itself", att, err)
+				}
+			})
 		}})
 	}
 	x := New(xClients, Config{Prefix: c.prefix, NodeTimeout: 5 * time.Second})
 
 	att, err := x.TryAcquire(context.Background(), key, me, time.Minute)
-	close(xDone)
-	yWG.Wait()
 	if err != nil || !att.Acquired {
 		t.Fatalf("X TryAcquire = %+v, %v; want acquired", att, err)
 	}
-	c.wantHolds(key, []hold{{me, int64(att.Lease.FencingToken), 1}, {me, int64(att.Lease.FencingToken), 1}, {me, int64(att.Lease.FencingToken), 1}})
+	tok := int64(att.Lease.FencingToken)
+	c.wantHolds(key, []hold{{me, tok, 1}, {me, tok, 1}, {me, tok, 1}})
 
 	other, err := c.open().TryAcquire(context.Background(), key, "other", time.Minute)
 	if err != nil || other.Acquired {
 		t.Fatalf("another owner's TryAcquire while %q holds the lease = %+v, %v; want busy", me, other, err)
 	}
+	// Now Y re-enters for real, and one release by each leaves the lock free.
+	again, err := y.TryAcquire(context.Background(), key, me, time.Minute)
+	if err != nil || !again.Acquired || again.Lease.HoldCount != 2 || again.Lease.FencingToken != att.Lease.FencingToken {
+		t.Fatalf("Y re-entry after X confirmed = %+v, %v; want hold 2, token %d", again, err, tok)
+	}
+	for want := uint32(1); ; want-- {
+		left, err := y.Release(context.Background(), key, me)
+		if err != nil || left != want {
+			t.Fatalf("Release = %d, %v; want %d", left, err, want)
+		}
+		if want == 0 {
+			break
+		}
+	}
+	c.wantHolds(key, []hold{{}, {}, {}})
 }
