@@ -62,7 +62,8 @@ func (m *rpcMetrics) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 	}
 }
 
-// logInterceptor logs failed RPCs: server-side failures at warn, client mistakes at debug.
+// logInterceptor logs failed RPCs: server-side failures at warn; client mistakes, calls the
+// caller canceled or let expire, and calls ended by the server's shutdown at debug.
 type logInterceptor struct{ log *slog.Logger }
 
 func (l logInterceptor) record(ctx context.Context, procedure string, start time.Time, err error) {
@@ -72,7 +73,9 @@ func (l logInterceptor) record(ctx context.Context, procedure string, start time
 	level := slog.LevelDebug
 	switch connect.CodeOf(err) {
 	case connect.CodeInternal, connect.CodeUnknown, connect.CodeUnavailable, connect.CodeDataLoss:
-		level = slog.LevelWarn
+		if !Ended(err) {
+			level = slog.LevelWarn
+		}
 	}
 	l.log.Log(ctx, level, "rpc failed", "procedure", procedure, "code", codeOf(err),
 		"duration", time.Since(start), "error", err)
@@ -103,9 +106,38 @@ func (l logInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) 
 	}
 }
 
+// codeOf is the code label of an RPC's outcome; errors reach it through edgeErrors, so it is
+// the code the client gets.
 func codeOf(err error) string {
 	if err == nil {
 		return "ok"
 	}
 	return connect.CodeOf(err).String()
+}
+
+// edgeErrors turns every error a handler returns into the Connect error the client gets,
+// through Error, before metrics and logs see it. Handlers map their own errors, but some
+// arrive bare: connect-go answers a request whose deadline already passed (Connect-Timeout-Ms:
+// 0) with ctx.Err() before the handler runs, which would otherwise be counted as unknown, and
+// a request ended by the server's shutdown must be unavailable, not canceled.
+type edgeErrors struct{}
+
+// WrapUnary implements connect.Interceptor.
+func (edgeErrors) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		res, err := next(ctx, req)
+		return res, Error(ctx, err)
+	}
+}
+
+// WrapStreamingClient implements connect.Interceptor; servers have no client streams.
+func (edgeErrors) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler implements connect.Interceptor.
+func (edgeErrors) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return Error(ctx, next(ctx, conn))
+	}
 }

@@ -103,10 +103,11 @@ func (s *Server) Logger() *slog.Logger { return s.cfg.Logger }
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
 // HandlerOptions returns the options every service handler must be built with: metrics and
-// logging interceptors, panic recovery and the request size limit.
+// logging interceptors (which see every error as the Connect error the client gets), panic
+// recovery and the request size limit.
 func (s *Server) HandlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
-		connect.WithInterceptors(s.rpc, logInterceptor{log: s.cfg.Logger}),
+		connect.WithInterceptors(s.rpc, logInterceptor{log: s.cfg.Logger}, edgeErrors{}),
 		connect.WithReadMaxBytes(s.cfg.MaxRequestBytes),
 		connect.WithCompressMinBytes(s.compressMinBytes()),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
