@@ -19,10 +19,11 @@ const redisReadyTimeout = 10 * time.Second
 // other tests use them. It keeps nothing on disk (no RDB, no AOF), so a restarted node comes
 // back empty, as a node without persistence does in production.
 type RedisProcess struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	port int
+	t     testing.TB
+	bin   string
+	dir   string
+	port  int
+	extra []string // more redis-server arguments
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -35,11 +36,16 @@ type RedisProcess struct {
 // fails the test: a green run must mean the scenario ran.
 func StartRedis(t testing.TB) *RedisProcess {
 	t.Helper()
+	return startRedis(t)
+}
+
+func startRedis(t testing.TB, extra ...string) *RedisProcess {
+	t.Helper()
 	bin, err := exec.LookPath(env("COORDKIT_TEST_REDIS_SERVER", "redis-server"))
 	if err != nil {
 		t.Fatalf("testenv: redis-server not found (%v); install it (deploy/dev/backends.sh does) or set COORDKIT_TEST_REDIS_SERVER", err)
 	}
-	p := &RedisProcess{t: t, bin: bin, dir: t.TempDir()}
+	p := &RedisProcess{t: t, bin: bin, dir: t.TempDir(), extra: extra}
 	t.Cleanup(p.Stop)
 	// A free port found by listening can be taken by someone else before redis-server binds
 	// it; try a few.
@@ -93,10 +99,11 @@ func (p *RedisProcess) start() error {
 		return nil
 	}
 	p.out = &syncBuffer{}
-	cmd := exec.Command(p.bin,
+	args := append([]string{
 		"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--dir", p.dir, "--logfile", "")
+		"--dir", p.dir, "--logfile", ""}, p.extra...)
+	cmd := exec.Command(p.bin, args...)
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		return err

@@ -4,46 +4,61 @@
 //
 // # Algorithm
 //
-// Every node keeps the same layout as the single-Redis backend: a hash {owner, count, fence}
-// whose PEXPIRE is the lease, and a per-key fencing counter without expiry. Every call to a
-// node is one Lua script, sent to all nodes at once with a per-node timeout far below the
-// ttl (Config.NodeTimeout, at most a tenth of the ttl), so a hung node costs one short timeout
-// and never blocks the others, and a stopped one costs nothing.
+// Every node keeps the single-Redis backend's layout (redislock.Layout): a hash {owner, count,
+// fence, ttl} whose PEXPIRE is the lease, and fencing counters per Cluster slot that never
+// expire. Every call to a node is one Lua script, sent to all nodes at once with a per-node
+// timeout far below the ttl (Config.NodeTimeout, at most a tenth of the ttl), so a hung node
+// costs one short timeout and never blocks the others, and a stopped one costs nothing.
 //
-//   - Acquire, round one: each node takes the key if free (fence 0, meaning "not yet
-//     confirmed"), re-enters it for the same owner (count + 1), or names the other holder, and
-//     reports its fencing counter. Round two, for a new holder only: the token is the highest
-//     counter any node reported plus one; it is written into the lock and the counter is raised
-//     to it on every node the first round took, and the lock counts as acquired only when a
-//     majority confirm it. The lease's validity is ttl − elapsed − drift (drift = 1% of the
-//     ttl + 2 ms) measured from before round one; the lease returned expires at start +
-//     validity, and an acquire whose validity is not positive fails.
-//   - Re-entry needs a majority of nodes where the owner already held the key: they agree on
-//     the token and the hold count, and nodes that disagree (a restarted node, a lost reply)
-//     are rewritten to the majority's token and count. When fewer than a majority still knew
-//     the owner, the old lease is gone and the acquire is a new one: new token, count 1.
+//   - Acquire, round one: each node takes the key if free ("pending": fence 0, tagged with the
+//     attempt's random id), re-enters a confirmed lease of the same owner (count + 1), or
+//     changes nothing: held by another owner, by a pending take of the same owner (another
+//     attempt still between its rounds), or by the owner at the hold limit. Each node reports
+//     its fencing counter. Round two, for a new holder only: the token is the highest counter
+//     any node reported plus one; it is written into this attempt's pending takes and the
+//     counter is raised to it, and the lock counts as acquired only when a majority confirm
+//     it. The lease's validity is ttl − elapsed − drift (drift = 1% of the ttl + 2 ms)
+//     measured from before round one; the lease returned expires at start + validity, and an
+//     acquire whose validity is not positive fails.
+//   - Re-entry needs a majority of nodes where the owner holds a confirmed lease; they counted
+//     the hold exactly, so their token and count (the count a majority reaches) are the
+//     answer, and they are never rewritten: while other calls of the same owner are in flight
+//     the nodes' counts differ for a moment, and rewriting one to another's value would make
+//     that difference permanent (that is how concurrent re-entries once freed a held lock).
+//     Nodes that lost the lease, hold a pending take, or an older lease of the owner, join the
+//     lease as "loose" nodes with the majority's count: a loose node never frees the lock by
+//     counting down, it goes with the lease's purge or its ttl. When fewer than a majority
+//     still know the owner, the old lease is gone and the acquire is a new one: new token,
+//     count 1.
 //   - Renew and Release succeed only on a majority of the owner's nodes. Renew returns the
-//     validity as Acquire does. A Release that frees the lock also deletes the owner's hash on
-//     nodes that still counted holds, so no stray minority hold lingers.
+//     validity as Acquire does, for the ttl a majority renewed for (its own ttl when asked
+//     with 0). A Release that frees the lock also deletes what is left of that lease (same
+//     owner and token) on every node, so no stray minority hold lingers.
 //   - Inspect is a majority view: held only when a majority of nodes agree on the same owner.
+//
+// Hold counts are exact under any concurrency of one owner while the nodes answer. A node
+// that does not answer a re-entry or release may or may not have counted it; it keeps a count
+// off by one on a minority, which the majority's answers outvote.
 //
 // # Failed attempts and mixed outcomes
 //
-// Whenever an acquire does not end acquired, it undoes what it may have done on every node,
-// the ones that did not answer included, since a node may have taken the lock and lost the
-// reply: a re-entered node gets its hold back, a taken one is deleted, but only while it still
-// carries this attempt's owner and an unconfirmed or this attempt's token. (A node that did not
-// answer a re-entry may keep the hold it counted: it sits on a minority, expires with the ttl,
-// and the next re-entry rewrites it to the majority's count.) Then:
+// Whenever an acquire does not end acquired, it undoes what it did on every node where it may
+// have done something, the ones that did not answer included, since a node may have taken
+// the lock and lost the reply: a re-entered node gets its hold back, and a node holding this
+// attempt's pending take (by attempt id) or the token it created is deleted. Another
+// attempt's pending take, and another owner's lease, are never touched. Then:
 //
 //   - fewer than a majority of nodes answered: it fails fast with lock.ErrUnavailable, and nobody
 //     holds the lock;
+//   - the owner's lease may stand on a majority counting the nodes that did not answer: also
+//     lock.ErrUnavailable, since taking it anew would reset a live lease;
 //   - a majority answered but fewer than a majority took it: the attempt is contended and
 //     reports the holder seen on most nodes (its token, count and the time its majority lapses),
 //     also when no other owner has a majority, as when two tries split the nodes: both back
 //     off, and the service retries, as it does for any busy lock;
 //   - the owner's own earlier acquire is still between its two rounds: contended, holder
 //     itself; the retry re-enters once that acquire confirmed its token;
+//   - a majority holds the owner's lease at lock.MaxHoldCount: lock.ErrHoldLimit;
 //   - the second round, or the validity, failed: lock.ErrUnavailable.
 //
 // Renew and Release fail with lock.ErrUnavailable when the nodes that did not answer could have
@@ -55,11 +70,12 @@
 // # Fencing tokens
 //
 // A per-node INCR is not enough: the highest counter over one majority is not monotonic across
-// majorities. Here a token is handed out only after the counter was raised to it on a majority
-// of the nodes that still held this owner's lock at that moment; any later holder's majority
-// shares a node with that one, and took the lock there (reading the counter in the same
-// script) only after this lease ended there, so it sees the token and goes above it. Tokens
-// may skip values: a failed attempt may have raised counters already.
+// majorities. Here a token is handed out only after the counter of the key's slot was raised
+// to it on a majority of the nodes that still held this owner's lock at that moment; any later
+// holder's majority shares a node with that one, and took the lock there (reading the same
+// counter in the same script) only after this lease ended there, so it sees the token and goes
+// above it. Tokens may skip values: a failed attempt may have raised counters already, and
+// every key of a slot draws from one counter, which is what lets a free key leave no state.
 //
 // # Assumptions
 //

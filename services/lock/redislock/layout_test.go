@@ -1,0 +1,168 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/libs/testenv"
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// hostileKeys are keys whose braces move Redis's hash tag around.
+var hostileKeys = []string{
+	"order:42", "", "}", "{", "{}", "}{", "}abc", "abc}", "{abc}", "a}b{c}", "}}}{{{", "{{}}",
+	"x{y}z", "{user1000}.following", "ключ}", "🔒{🔑}", strings.Repeat("}", 512), strings.Repeat("{", 511) + "}",
+}
+
+// TestSlot checks the CRC16 slot math against known Redis Cluster answers (CLUSTER KEYSLOT).
+func TestSlot(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]int{
+		"foo": 12182, "bar": 5061, "hello": 866, "123456789": 0x31C3 % slots,
+		"{user1000}.following": 3443, "{user1000}.followers": 3443, "foo{}{bar}": 8363,
+		"foo{{bar}}zap": 4015, "foo{bar}{zap}": 5061, "{}": 15257,
+	} {
+		if got := Slot(name); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", name, got, want)
+		}
+	}
+	for s := range slots {
+		if got := Slot("{" + slotTag(s) + "}"); got != s {
+			t.Fatalf("slotTag(%d) = %q lands in slot %d", s, slotTag(s), got)
+		}
+	}
+	l := NewLayout(DefaultPrefix)
+	for _, key := range hostileKeys {
+		k := l.Keys(key)
+		if Slot(k[0]) != Slot(k[1]) {
+			t.Errorf("key %q: lock hash %q in slot %d, fence counter %q in slot %d", key, k[0], Slot(k[0]), k[1], Slot(k[1]))
+		}
+	}
+}
+
+// TestClusterHostileKeys runs every operation on a real (one-node) Redis Cluster, which
+// refuses a script whose keys are in different slots: the layout must keep each key's lock
+// and fence counter together, braces or not.
+func TestClusterHostileKeys(t *testing.T) {
+	t.Parallel()
+	b := New(testenv.StartRedisCluster(t), "")
+	ctx := context.Background()
+	for _, key := range hostileKeys {
+		att, err := b.TryAcquire(ctx, key, "owner", time.Minute)
+		if err != nil || !att.Acquired {
+			t.Fatalf("TryAcquire(%q) = %+v, %v", key, att, err)
+		}
+		if _, err := b.Renew(ctx, key, "owner", 0); err != nil {
+			t.Fatalf("Renew(%q): %v", key, err)
+		}
+		if st, err := b.Inspect(ctx, key); err != nil || !st.Held {
+			t.Fatalf("Inspect(%q) = %+v, %v", key, st, err)
+		}
+		if left, err := b.Release(ctx, key, "owner"); err != nil || left != 0 {
+			t.Fatalf("Release(%q) = %d, %v", key, left, err)
+		}
+	}
+}
+
+// TestStorageBoundedByLiveLocks: 100,000 distinct keys locked and released leave nothing but
+// the slot counters behind, and a reused key's token still rises after its state was gone.
+func TestStorageBoundedByLiveLocks(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t, "")
+	prefix := testenv.Prefix(t)
+	testenv.CleanRedis(t, rdb, prefix)
+	b := New(rdb, prefix)
+	ctx := context.Background()
+
+	first, err := b.TryAcquire(ctx, "order:reused", "a", time.Minute)
+	if err != nil || !first.Acquired {
+		t.Fatalf("TryAcquire: %+v, %v", first, err)
+	}
+	if _, err := b.Release(ctx, "order:reused", "a"); err != nil {
+		t.Fatal(err)
+	}
+
+	const keys, workers = 100_000, 32
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < keys; i += workers {
+				key := fmt.Sprintf("order:%d", i)
+				if att, err := b.TryAcquire(ctx, key, "o", time.Minute); err != nil || !att.Acquired {
+					errs <- fmt.Errorf("TryAcquire(%s) = %+v, %v", key, att, err)
+					return
+				}
+				if _, err := b.Release(ctx, key, "o"); err != nil {
+					errs <- fmt.Errorf("Release(%s): %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var left, counters int
+	iter := rdb.Scan(ctx, 0, prefix+"*", 5000).Iterator()
+	for iter.Next(ctx) {
+		left++
+		if strings.HasPrefix(iter.Val(), prefix+":fence-bucket:") {
+			counters++
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if left != counters || counters > slots {
+		t.Fatalf("%d keys left after %d locks came and went: %d fence counters (at most %d), %d others; want only counters",
+			left, keys, counters, slots, left-counters)
+	}
+
+	again, err := b.TryAcquire(ctx, "order:reused", "b", time.Minute)
+	if err != nil || !again.Acquired || again.Lease.FencingToken <= first.Lease.FencingToken {
+		t.Fatalf("re-acquire of a reclaimed key = %+v, %v; want a token above %d", again, err, first.Lease.FencingToken)
+	}
+}
+
+// TestHoldLimit: a re-entry at MaxHoldCount fails with ErrHoldLimit and changes nothing;
+// one below it reaches it.
+func TestHoldLimit(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t, "")
+	prefix := testenv.Prefix(t)
+	testenv.CleanRedis(t, rdb, prefix)
+	b := New(rdb, prefix)
+	ctx := context.Background()
+	att, err := b.TryAcquire(ctx, "deep", "o", time.Minute)
+	if err != nil || !att.Acquired {
+		t.Fatalf("TryAcquire: %+v, %v", att, err)
+	}
+	hash := b.keys("deep")[0]
+	rdb.HSet(ctx, hash, "count", lock.MaxHoldCount-1)
+	att, err = b.TryAcquire(ctx, "deep", "o", time.Minute)
+	if err != nil || att.Lease.HoldCount != lock.MaxHoldCount {
+		t.Fatalf("re-entry at MaxHoldCount-1 = %+v, %v; want hold count %d", att, err, uint32(lock.MaxHoldCount))
+	}
+	_, err = b.TryAcquire(ctx, "deep", "o", 5*time.Second)
+	if !errors.Is(err, lock.ErrHoldLimit) {
+		t.Fatalf("re-entry at MaxHoldCount = %v, want ErrHoldLimit", err)
+	}
+	if n, _ := rdb.HGet(ctx, hash, "count").Int64(); n != lock.MaxHoldCount {
+		t.Fatalf("hold count after the refused re-entry = %d, want %d", n, uint32(lock.MaxHoldCount))
+	}
+	if ttl, _ := rdb.HGet(ctx, hash, "ttl").Int64(); ttl != time.Minute.Milliseconds() {
+		t.Fatalf("lease ttl after the refused re-entry = %dms, want it untouched", ttl)
+	}
+	left, err := b.Release(ctx, "deep", "o")
+	if err != nil || left != lock.MaxHoldCount-1 {
+		t.Fatalf("Release = %d, %v; want %d", left, err, uint32(lock.MaxHoldCount-1))
+	}
+}
