@@ -77,7 +77,7 @@ return 1
 `)
 
 // dropScript deletes what an attempt or a lease left on a node: ARGV[1] owner, ARGV[2] an
-// attempt id (” for none), ARGV[3] a token ('0' for none). It deletes the hash only while
+// attempt id (empty for none), ARGV[3] a token ('0' for none). It deletes the hash only while
 // owner holds it pending for that attempt, or with that token, so it never removes a
 // concurrent attempt's take or another lease. Returns 1 when deleted.
 var dropScript = redis.NewScript(`
