@@ -178,11 +178,8 @@ func (a *attempt) take(ctx context.Context) (lock.Attempt, error) {
 	ok, errs := a.secondRound(ctx, token, 1, func(n firstRound) bool { return n.status == nodeReentered })
 	if q := a.b.quorum(); ok < q {
 		a.undo(ctx, token)
-		if ctx.Err() != nil {
-			return lock.Attempt{}, context.Cause(ctx)
-		}
-		return lock.Attempt{}, fmt.Errorf("redlock: acquire: %w: token %d confirmed on %d of %d nodes, %d needed (%s)",
-			lock.ErrUnavailable, token, ok, len(a.nodes), q, joinNodeErrs(errs))
+		return lock.Attempt{}, lock.Unavailable(ctx, engine, fmt.Errorf("acquire: token %d confirmed on %d of %d nodes, %d needed (%s)",
+			token, ok, len(a.nodes), q, joinNodeErrs(errs)))
 	}
 	return a.lease(ctx, token, 1, token)
 }
@@ -287,9 +284,6 @@ func (a *attempt) failures() []nodeErr {
 
 // expired is the error of a call that took so long that no validity is left of its ttl.
 func (b *Backend) expired(ctx context.Context, op string, start time.Time, ttl time.Duration) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return fmt.Errorf("redlock: %s: %w: took %v of a %v ttl, leaving no validity",
-		op, lock.ErrUnavailable, time.Since(start).Round(time.Millisecond), ttl)
+	return lock.Unavailable(ctx, engine, fmt.Errorf("%s: took %v of a %v ttl, leaving no validity",
+		op, time.Since(start).Round(time.Millisecond), ttl))
 }

@@ -54,11 +54,8 @@ func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
 		return top.state(q), nil
 	case len(top.counts)+len(errs) >= q:
 		// The owner may hold the nodes that did not answer too, and so a majority.
-		if ctx.Err() != nil {
-			return lock.State{}, context.Cause(ctx)
-		}
-		return lock.State{}, fmt.Errorf("redlock: inspect: %w: an owner holds %d of %d nodes and %d did not answer, %d make a majority (%s)",
-			lock.ErrUnavailable, len(top.counts), len(b.nodes), len(errs), q, joinNodeErrs(errs))
+		return lock.State{}, lock.Unavailable(ctx, engine, fmt.Errorf("inspect: an owner holds %d of %d nodes and %d did not answer, %d make a majority (%s)",
+			len(top.counts), len(b.nodes), len(errs), q, joinNodeErrs(errs)))
 	}
 	return lock.State{}, nil
 }

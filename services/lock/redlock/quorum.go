@@ -74,14 +74,12 @@ func failures[T any](b *Backend, replies []reply[T]) []nodeErr {
 	return errs
 }
 
-// unavailable reports that too few nodes answered op, naming each failure. When ctx ended,
-// its own error is returned instead, so the caller sees canceled or deadline exceeded.
+// unavailable reports that too few nodes answered op, naming each failure, through the one
+// mapping every backend shares (lock.Unavailable): when ctx ended, its cause is returned
+// instead.
 func (b *Backend) unavailable(ctx context.Context, op string, answered int, errs []nodeErr) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return fmt.Errorf("redlock: %s: %w: %d of %d nodes answered, %d needed (%s)",
-		op, lock.ErrUnavailable, answered, len(b.nodes), b.quorum(), joinNodeErrs(errs))
+	return lock.Unavailable(ctx, engine, fmt.Errorf("%s: %d of %d nodes answered, %d needed (%s)",
+		op, answered, len(b.nodes), b.quorum(), joinNodeErrs(errs)))
 }
 
 // refusal is the error of a Renew or Release that did not reach a majority of the owner's

@@ -12,6 +12,9 @@ import (
 	"github.com/coordkit/coordkit/services/lock/redislock"
 )
 
+// engine names the backend in lock.ErrUnavailable messages.
+const engine = "redlock"
+
 // DefaultPrefix starts every key the backend writes.
 const DefaultPrefix = "coordkit:redlock"
 
