@@ -231,14 +231,28 @@ func TestValidity(t *testing.T) {
 						op, l.ExpiresAt.Sub(start), lo.Sub(start), hi.Sub(start))
 				}
 			}
-			start := time.Now()
-			att, err := b.TryAcquire(context.Background(), key, "me", ttl)
+			// A 100ms ttl gives each node 10ms to answer, which a loaded machine misses now
+			// and then: that is unavailable, not the property under test, so try again.
+			var start time.Time
+			var att lock.Attempt
+			var err error
+			for range 20 {
+				start = time.Now()
+				if att, err = b.TryAcquire(context.Background(), key, "me", ttl); !errors.Is(err, lock.ErrUnavailable) {
+					break
+				}
+			}
 			if err != nil || !att.Acquired {
 				t.Fatalf("TryAcquire = %+v, %v; want acquired", att, err)
 			}
 			check("acquire", start, att.Lease)
-			start = time.Now()
-			l, err := b.Renew(context.Background(), key, "me", ttl)
+			var l lock.Lease
+			for range 20 {
+				start = time.Now()
+				if l, err = b.Renew(context.Background(), key, "me", ttl); !errors.Is(err, lock.ErrUnavailable) {
+					break
+				}
+			}
 			if err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
