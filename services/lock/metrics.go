@@ -2,21 +2,26 @@ package lock
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/coordkit/coordkit/libs/server"
 )
 
 // metrics are the lock-specific Prometheus series, labelled by backend.
 type metrics struct {
-	acquires   *prometheus.CounterVec
-	contention *prometheus.CounterVec
-	waited     *prometheus.HistogramVec
-	releases   *prometheus.CounterVec
+	acquires     *prometheus.CounterVec
+	contention   *prometheus.CounterVec
+	waited       *prometheus.HistogramVec
+	retries      *prometheus.CounterVec
+	waitAttempts *prometheus.GaugeVec
+	releases     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordkit_lock_acquire_total",
-			Help: "Acquire calls by backend and result: acquired, reentered, busy (not acquired within wait) or error.",
+			Help: "Acquire calls by backend and result: acquired, reentered, busy (not acquired within wait), " +
+				"canceled (the caller canceled, its deadline passed or the server shut down) or error.",
 		}, []string{"backend", "result"}),
 		contention: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordkit_lock_contention_total",
@@ -27,13 +32,31 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time Acquire calls that had to wait spent waiting, whatever their outcome.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"backend"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordkit_lock_wait_retries_total",
+			Help: "Backend failures that waiting Acquire calls retried within their wait instead of failing.",
+		}, []string{"backend"}),
+		waitAttempts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "coordkit_lock_wait_attempts_in_flight",
+			Help: "Backend attempts of waiting Acquire calls (after their first) in flight; at most WaitAttempts per backend.",
+		}, []string{"backend"}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordkit_lock_release_total",
-			Help: "Release calls by backend and result: released, freed (last hold), or error.",
+			Help: "Release calls by backend and result: released, freed (last hold), canceled or error.",
 		}, []string{"backend", "result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.acquires, m.contention, m.waited, m.releases)
+		reg.MustRegister(m.acquires, m.contention, m.waited, m.retries, m.waitAttempts, m.releases)
 	}
 	return m
+}
+
+// failure is the result label of a failed call: canceled when it ended without a fault of
+// the service (the caller canceled, its deadline passed, the server shut down), error when a
+// backend or the request failed.
+func failure(err error) string {
+	if server.Ended(err) {
+		return "canceled"
+	}
+	return "error"
 }

@@ -17,9 +17,6 @@ import (
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 )
 
-// deadlineMargin is kept free at the end of a request's deadline for the last attempt's reply.
-const deadlineMargin = 50 * time.Millisecond
-
 // Config configures a Service.
 type Config struct {
 	// Backends maps backend names (redis, sqlite, ...) to engines. At least one is required.
@@ -29,6 +26,11 @@ type Config struct {
 	Default string
 	// Waker paces blocked acquires; default BackoffWaker{}.
 	Waker Waker
+	// WaitAttempts caps, per backend, the backend attempts that blocked Acquires make at
+	// once after their first; default DefaultWaitAttempts. Waiters queue for these slots
+	// while Release, Renew, Inspect and every first attempt go straight to the backend, so
+	// a crowd of waiters cannot starve the holders they wait for.
+	WaitAttempts int
 	// Registerer receives the lock metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
 	// Logger logs lock events worth an operator's attention; default slog.Default().
@@ -40,6 +42,7 @@ type Service struct {
 	backends map[string]Backend
 	def      string
 	waker    Waker
+	slots    map[string]slots // per backend, see Config.WaitAttempts
 	metrics  *metrics
 	log      *slog.Logger
 }
@@ -66,6 +69,14 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	n := cfg.WaitAttempts
+	if n <= 0 {
+		n = DefaultWaitAttempts
+	}
+	s.slots = make(map[string]slots, len(cfg.Backends))
+	for name := range cfg.Backends {
+		s.slots[name] = make(slots, n)
 	}
 	return s, nil
 }
@@ -136,14 +147,19 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
-	if p.owner == "" {
+	fresh := p.owner == ""
+	if fresh {
 		p.owner = NewOwner()
 	}
 
 	att, err := s.acquire(ctx, name, b, p.key, p.owner, p.ttl, p.wait)
 	if err != nil {
-		s.metrics.acquires.WithLabelValues(name, "error").Inc()
-		return nil, toConnect(ctx, err)
+		err = toConnect(ctx, err)
+		s.metrics.acquires.WithLabelValues(name, failure(err)).Inc()
+		return nil, err
+	}
+	if fresh && att.Acquired && att.Lease.HoldCount > 1 {
+		att = s.dropLostHolds(ctx, name, b, p.key, p.owner, att)
 	}
 	if !att.Acquired {
 		s.metrics.acquires.WithLabelValues(name, "busy").Inc()
@@ -155,47 +171,6 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	}
 	s.metrics.acquires.WithLabelValues(name, result).Inc()
 	return &lockv1.AcquireResponse{Acquired: true, Lease: leaseToProto(name, att.Lease)}, nil
-}
-
-// acquire tries until the lock is taken or the wait, capped by the request deadline, is over.
-func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owner string, ttl, wait time.Duration) (Attempt, error) {
-	start := time.Now()
-	until := start.Add(wait)
-	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(until) {
-		until = d.Add(-deadlineMargin)
-	}
-	if fb, ok := b.(FairBackend); ok && wait > 0 {
-		att, err := fb.AcquireWait(ctx, key, owner, ttl, max(time.Until(until), 0))
-		s.metrics.waited.WithLabelValues(name).Observe(time.Since(start).Seconds())
-		if err == nil && !att.Acquired {
-			s.metrics.contention.WithLabelValues(name).Inc()
-		}
-		return att, err
-	}
-	for attempt := 1; ; attempt++ {
-		att, err := b.TryAcquire(ctx, key, owner, ttl)
-		if err != nil || att.Acquired {
-			if attempt > 1 {
-				s.metrics.waited.WithLabelValues(name).Observe(time.Since(start).Seconds())
-			}
-			return att, err
-		}
-		s.metrics.contention.WithLabelValues(name).Inc()
-		now := time.Now()
-		if !now.Before(until) {
-			if attempt > 1 {
-				s.metrics.waited.WithLabelValues(name).Observe(now.Sub(start).Seconds())
-			}
-			return att, nil
-		}
-		next := until
-		if h := att.Holder.ExpiresAt; h.After(now) && h.Before(next) {
-			next = h
-		}
-		if err := s.waker.Wait(ctx, name, key, attempt, next); err != nil {
-			return Attempt{}, err
-		}
-	}
 }
 
 // Release implements LockServiceHandler.
@@ -212,8 +187,9 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	}
 	remaining, err := b.Release(ctx, req.GetKey(), req.GetOwner())
 	if err != nil {
-		s.metrics.releases.WithLabelValues(name, "error").Inc()
-		return nil, toConnect(ctx, err)
+		err = toConnect(ctx, err)
+		s.metrics.releases.WithLabelValues(name, failure(err)).Inc()
+		return nil, err
 	}
 	result := "released"
 	if remaining == 0 {
@@ -231,9 +207,14 @@ func (s *Service) Renew(ctx context.Context, req *lockv1.RenewRequest) (*lockv1.
 	if err := validateOwner(req.GetOwner(), true); err != nil {
 		return nil, err
 	}
-	ttl, err := validateTTL(req.GetTtl())
-	if err != nil {
-		return nil, err
+	// Without a ttl the backend keeps the lease's own (ttl 0), never a default: a lease
+	// taken for 5 minutes must not shrink to DefaultTTL because a watchdog left ttl out.
+	var ttl time.Duration
+	if req.GetTtl() != nil {
+		var err error
+		if ttl, err = validateTTL(req.GetTtl()); err != nil {
+			return nil, err
+		}
 	}
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {

@@ -494,7 +494,8 @@ type RenewRequest struct {
 	Backend string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
 	// The owner secret returned by Acquire.
 	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
-	// New lease length from now, 100ms to 24h; unset means 30s.
+	// New lease length from now, 100ms to 24h, which becomes the lease's own; unset means the
+	// lease's own ttl (the last one Acquire or Renew set), not a default.
 	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

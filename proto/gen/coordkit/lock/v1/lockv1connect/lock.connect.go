@@ -54,7 +54,8 @@ type LockServiceClient interface {
 	Acquire(context.Context, *v1.AcquireRequest) (*v1.AcquireResponse, error)
 	// Release drops one hold of the owner's lease; the lock is free when the count reaches 0.
 	Release(context.Context, *v1.ReleaseRequest) (*v1.ReleaseResponse, error)
-	// Renew extends the owner's lease to now + ttl, without changing the hold count.
+	// Renew extends the owner's lease to now + ttl, without changing the hold count. Without a
+	// ttl it uses the lease's own: the ttl of the Acquire or Renew that last set one.
 	Renew(context.Context, *v1.RenewRequest) (*v1.RenewResponse, error)
 	// Inspect reports the current state of a lock without its owner secret.
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
@@ -151,7 +152,8 @@ type LockServiceHandler interface {
 	Acquire(context.Context, *v1.AcquireRequest) (*v1.AcquireResponse, error)
 	// Release drops one hold of the owner's lease; the lock is free when the count reaches 0.
 	Release(context.Context, *v1.ReleaseRequest) (*v1.ReleaseResponse, error)
-	// Renew extends the owner's lease to now + ttl, without changing the hold count.
+	// Renew extends the owner's lease to now + ttl, without changing the hold count. Without a
+	// ttl it uses the lease's own: the ttl of the Acquire or Renew that last set one.
 	Renew(context.Context, *v1.RenewRequest) (*v1.RenewResponse, error)
 	// Inspect reports the current state of a lock without its owner secret.
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
