@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coordkit/coordkit/services/idgen/block"
 )
+
+// errStoreDown is flakyStore's failure.
+var errStoreDown = errors.New("store down")
 
 // flakyStore reserves ranges of 10 from one counter per tag, after a short delay; the first
 // reservation of every tag fails, as a store that is briefly down.
@@ -28,7 +31,7 @@ func (s *flakyStore) Reserve(ctx context.Context, tag string, want int64) (block
 	defer s.mu.Unlock()
 	s.calls[tag]++
 	if s.calls[tag] == 1 {
-		return block.Reservation{}, errors.New("store down")
+		return block.Reservation{}, errStoreDown
 	}
 	size := max(want, 10)
 	start := s.top[tag] + 1
@@ -38,64 +41,182 @@ func (s *flakyStore) Reserve(ctx context.Context, tag string, want int64) (block
 
 // A failed first reservation must not drop a tag's buffer that other requests still hold:
 // they would fill it while new requests fill a second one, and IDs would go back and forth.
+// Every call counts: exactly one sees the store's failure, every other one gets an ID above
+// every ID of a call that returned before it started, and no ID comes twice.
 func TestFailedFirstReservationKeepsOrder(t *testing.T) {
 	t.Parallel()
+	const workers, calls = 8, 20
 	store := &flakyStore{top: map[string]int64{}, calls: map[string]int{}}
 	p := block.NewPool(block.Config{Reserver: store, Policy: block.Fixed, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer p.Close()
 	for i := range 150 {
 		tag := fmt.Sprint("tag", i)
-		var mu sync.Mutex
-		var highest int64 // the highest ID of every call that has returned
-		var wg sync.WaitGroup
-		var bad atomic.Value
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 20 {
+		var (
+			mu       sync.Mutex
+			highest  int64 // the highest ID of every call that has returned
+			seen     = map[int64]bool{}
+			failures []error
+			problems []string
+			wg       sync.WaitGroup
+		)
+		for range workers {
+			wg.Go(func() {
+				for range calls {
 					mu.Lock()
 					floor := highest
 					mu.Unlock()
 					ids, err := p.Next(context.Background(), tag, 1)
-					if err != nil {
-						continue
-					}
-					if ids[0] <= floor {
-						bad.Store(fmt.Sprintf("tag %s: got %d after a call had returned %d", tag, ids[0], floor))
-					}
 					mu.Lock()
-					highest = max(highest, ids[0])
+					switch {
+					case err != nil:
+						failures = append(failures, err)
+					case len(ids) != 1:
+						problems = append(problems, fmt.Sprintf("got %v, want one ID", ids))
+					case ids[0] <= floor:
+						problems = append(problems, fmt.Sprintf("got %d after a call had returned %d", ids[0], floor))
+					case seen[ids[0]]:
+						problems = append(problems, fmt.Sprintf("got %d twice", ids[0]))
+					}
+					for _, id := range ids {
+						seen[id] = true
+						highest = max(highest, id)
+					}
 					mu.Unlock()
 				}
-			}()
+			})
 		}
 		wg.Wait()
-		if msg := bad.Load(); msg != nil {
-			t.Fatal(msg)
+		if len(problems) > 0 {
+			t.Fatalf("%s: %d of %d calls broke the order, first: %s", tag, len(problems), workers*calls, problems[0])
+		}
+		if len(failures) != 1 || !errors.Is(failures[0], errStoreDown) {
+			t.Fatalf("%s: %d calls failed (%v); want exactly one, with the store's failure of the first reservation (%v)",
+				tag, len(failures), errors.Join(failures...), errStoreDown)
+		}
+		if len(seen) != workers*calls-1 {
+			t.Fatalf("%s: %d distinct IDs from %d successful calls", tag, len(seen), workers*calls-1)
 		}
 	}
 }
 
-// Close may run while requests start background reservations; it must wait for every one.
+// fgKey marks the contexts of the test's own Next calls, so a store can tell a foreground
+// reservation (which gets the caller's context) from a background one (the pool's own).
+type fgKey struct{}
+
+// hangingStore reserves ranges of 10 from one counter per tag. Foreground reservations are
+// answered at once; background ones hang until their context ends, and then take a moment to
+// return, as a store does to notice. It records what Close must guarantee of them.
+type hangingStore struct {
+	mu       sync.Mutex
+	top      map[string]int64
+	running  int     // background reservations not yet returned
+	begun    int     // background reservations ever begun
+	ends     []error // how each background reservation's context ended
+	closed   bool    // Close has returned
+	lateOnes int     // background reservations begun after Close returned
+}
+
+func (s *hangingStore) Reserve(ctx context.Context, tag string, want int64) (block.Reservation, error) {
+	if ctx.Value(fgKey{}) == nil {
+		s.mu.Lock()
+		s.running++
+		s.begun++
+		if s.closed {
+			s.lateOnes++
+		}
+		s.mu.Unlock()
+		<-ctx.Done()
+		time.Sleep(20 * time.Millisecond)
+		s.mu.Lock()
+		s.running--
+		s.ends = append(s.ends, ctx.Err())
+		s.mu.Unlock()
+		return block.Reservation{}, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	size := max(want, 10)
+	start := s.top[tag] + 1
+	s.top[tag] += size
+	return block.Reservation{Range: block.Range{Start: start, End: start + size}, MinStep: 10}, nil
+}
+
+func (s *hangingStore) snapshot() (running, begun, lateOnes int, ends []error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running, s.begun, s.lateOnes, slices.Clone(s.ends)
+}
+
+// Close while background reservations run (each tag's prefetch hangs in the store, and
+// requests wait for it) must cancel them, wait until every one has returned, start no more
+// afterwards, and let the waiting requests go on in the foreground with their IDs still
+// strictly increasing and unique.
 func TestCloseDuringPrefetch(t *testing.T) {
 	t.Parallel()
-	for range 50 {
-		store := &flakyStore{top: map[string]int64{}, calls: map[string]int{}}
+	const tags, calls = 4, 50
+	for iter := range 20 {
+		store := &hangingStore{top: map[string]int64{}}
 		p := block.NewPool(block.Config{Reserver: store, Policy: block.Fixed, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ctx := context.WithValue(context.Background(), fgKey{}, true)
+		problems := make(chan string, tags*calls)
 		var wg sync.WaitGroup
-		for g := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 50 {
-					p.Next(context.Background(), fmt.Sprint("tag", g), 3) //nolint:errcheck // only the race matters
+		for g := range tags {
+			wg.Go(func() {
+				tag := fmt.Sprint("tag", g)
+				var last int64
+				for range calls {
+					ids, err := p.Next(ctx, tag, 3)
+					if err != nil {
+						problems <- fmt.Sprintf("%s: Next: %v", tag, err)
+						return
+					}
+					for _, id := range ids {
+						if id <= last {
+							problems <- fmt.Sprintf("%s: got %d after %d", tag, id, last)
+							return
+						}
+						last = id
+					}
 				}
-			}()
+			})
 		}
-		time.Sleep(time.Millisecond)
+		// Every tag's first call used 30% of its range and started a background reservation.
+		deadline := time.Now().Add(30 * time.Second)
+		for _, begun, _, _ := store.snapshot(); begun < tags; _, begun, _, _ = store.snapshot() {
+			if time.Now().After(deadline) {
+				t.Fatalf("iteration %d: %d background reservations began, want %d", iter, begun, tags)
+			}
+			time.Sleep(time.Millisecond)
+		}
+
 		p.Close()
-		wg.Wait()
+		running, begun, _, ends := store.snapshot()
+		if running != 0 {
+			t.Fatalf("iteration %d: Close returned with %d of %d background reservations still running", iter, running, begun)
+		}
+		for _, err := range ends {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("iteration %d: a background reservation ended with %v, want canceled by Close", iter, err)
+			}
+		}
+		store.mu.Lock()
+		store.closed = true
+		store.mu.Unlock()
+
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("iteration %d: requests still blocked a minute after Close", iter)
+		}
+		close(problems)
+		for msg := range problems {
+			t.Fatalf("iteration %d: %s", iter, msg)
+		}
+		if _, _, late, _ := store.snapshot(); late != 0 {
+			t.Fatalf("iteration %d: %d background reservations began after Close returned", iter, late)
+		}
 		p.Close() // twice is fine
 	}
 }
