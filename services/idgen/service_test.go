@@ -2,6 +2,7 @@ package idgen_test
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/testenv"
 	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
 )
 
@@ -90,10 +92,18 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestModes pins what each mode hands out on a fresh instance and fresh tags: canonical UUIDs
+// of the right version and variant (v7 carrying the call's time), snowflakes laid out as
+// documented with this instance's worker id and the call's time, a segment tag starting at
+// its start and Redis INCR at 1, each batch one unbroken run.
 func TestModes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	inst := startInstance(t, withRedis(t, stores[0].open(t)))
+	const worker = 0b1010110101 // a fixed worker id whose bits show any shift or mask
+	cfg := withRedis(t, stores[0].open(t))
+	cfg.WorkerID = new(int)
+	*cfg.WorkerID = worker
+	inst := startInstance(t, cfg)
 	c := inst.client
 	tag := testenv.Prefix(t)
 	_, err := c.CreateTag(ctx, &idgenv1.CreateTagRequest{Tag: tag, Start: 1000, Step: 100, Description: "orders"})
@@ -102,68 +112,128 @@ func TestModes(t *testing.T) {
 	tests := []struct {
 		mode  idgenv1.Mode
 		tag   string
-		check func(t *testing.T, ids []string)
+		check func(t *testing.T, ids []string, call window)
 	}{
 		{idgenv1.Mode_MODE_UUID_V4, "", checkUUIDs(4)},
 		{idgenv1.Mode_MODE_UUID_V7, "", checkUUIDs(7)},
-		{idgenv1.Mode_MODE_SNOWFLAKE, "", checkIncreasing(0)},
-		{idgenv1.Mode_MODE_SEGMENT, tag, checkIncreasing(1000)},
-		{idgenv1.Mode_MODE_REDIS_INCR, tag, checkIncreasing(1)},
+		{idgenv1.Mode_MODE_SNOWFLAKE, "", checkSnowflakes(c, worker)},
+		{idgenv1.Mode_MODE_SEGMENT, tag, checkRun(1000)}, // the tag's start
+		{idgenv1.Mode_MODE_REDIS_INCR, tag, checkRun(1)}, // a tag's first use
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			t.Parallel()
+			call := window{from: time.Now()}
 			res, err := c.Next(ctx, &idgenv1.NextRequest{Mode: tt.mode, Tag: tt.tag, Count: 250})
+			call.to = time.Now()
 			noErr(t, err)
 			if len(res.GetIds()) != 250 {
 				t.Fatalf("got %d IDs, want 250", len(res.GetIds()))
 			}
-			tt.check(t, res.GetIds())
+			tt.check(t, res.GetIds(), call)
 		})
 	}
-
-	t.Run("DecodeRoundTrip", func(t *testing.T) {
-		t.Parallel()
-		before := time.Now().Truncate(time.Millisecond)
-		res, err := c.Next(ctx, &idgenv1.NextRequest{Mode: idgenv1.Mode_MODE_SNOWFLAKE, Count: 1})
-		noErr(t, err)
-		d, err := c.Decode(ctx, &idgenv1.DecodeRequest{Id: res.GetIds()[0]})
-		noErr(t, err)
-		if at := d.GetTime().AsTime(); at.Before(before) || at.After(time.Now()) {
-			t.Fatalf("decoded time %v is not within the call (from %v)", at, before)
-		}
-		if d.GetWorkerId() > snowflake.MaxWorker || d.GetSequence() > snowflake.MaxSequence {
-			t.Fatalf("decoded %v out of range", d)
-		}
-	})
 }
 
-// checkUUIDs checks that every ID is a distinct UUID of version v.
-func checkUUIDs(v uuid.Version) func(t *testing.T, ids []string) {
-	return func(t *testing.T, ids []string) {
+// window is the span of one call, as the test's clock saw it.
+type window struct{ from, to time.Time }
+
+// holds reports whether a time carried to the millisecond may have been taken during the call.
+func (w window) holds(at time.Time) bool {
+	return !at.Before(w.from.Truncate(time.Millisecond)) && !at.After(w.to)
+}
+
+// checkUUIDs checks that every ID is a distinct UUID of version v and the RFC 9562 variant in
+// canonical form; a v7's 48-bit Unix millisecond is taken during the call, never decreasing.
+func checkUUIDs(v uuid.Version) func(t *testing.T, ids []string, call window) {
+	return func(t *testing.T, ids []string, call window) {
 		t.Helper()
 		seen := map[string]bool{}
+		var prev time.Time
 		for _, s := range ids {
 			u, err := uuid.Parse(s)
-			if err != nil || u.Version() != v || seen[s] {
-				t.Fatalf("ID %q is not a fresh UUID v%d (err %v)", s, v, err)
+			if err != nil || u.String() != s || u.Version() != v || u.Variant() != uuid.RFC4122 || seen[s] {
+				t.Fatalf("ID %q is not a fresh canonical UUID v%d of the RFC 9562 variant (version %d, variant %v, err %v)",
+					s, v, u.Version(), u.Variant(), err)
 			}
 			seen[s] = true
+			if v != 7 {
+				continue
+			}
+			// google/uuid keeps v7s of one process increasing with a sub-millisecond counter
+			// (RFC 9562 6.2, method 3) that runs ahead of the clock only past 4096 UUIDs per
+			// millisecond, hence a little slack after the call.
+			at := time.UnixMilli(int64(binary.BigEndian.Uint64(u[:8]) >> 16))
+			if !(window{call.from, call.to.Add(10 * time.Millisecond)}).holds(at) || at.Before(prev) {
+				t.Fatalf("UUID v7 %s carries %v (after %v); want a time during the call, %v to %v, never decreasing",
+					s, at, prev, call.from, call.to)
+			}
+			prev = at
 		}
 	}
 }
 
-// checkIncreasing checks that the IDs are decimal, at least from, and strictly increasing.
-func checkIncreasing(from int64) func(t *testing.T, ids []string) {
-	return func(t *testing.T, ids []string) {
+// snowflakeID is a snowflake taken apart by the layout the README documents: a zero sign
+// bit, 41 bits of milliseconds since 2026-01-01T00:00:00Z, 10 bits of worker id, 12 bits of
+// sequence. It is worked out here, not with package snowflake, so that a layout bug shared by
+// encoding and decoding still shows.
+type snowflakeID struct {
+	at          time.Time
+	worker, seq int64
+}
+
+var snowflakeEpoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+func layout(t *testing.T, s string) snowflakeID {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		t.Fatalf("snowflake %q is not a positive decimal 63-bit integer (err %v)", s, err)
+	}
+	return snowflakeID{at: snowflakeEpoch.Add(time.Duration(n>>22) * time.Millisecond), worker: n >> 12 & 1023, seq: n & 4095}
+}
+
+// checkSnowflakes checks that every ID carries worker and a millisecond of the call, that the
+// batch is whole runs of milliseconds (within one the sequence counts up by one; a
+// millisecond's first ID, the instance's very first included, has sequence 0), and that the
+// service's Decode reads the IDs as the layout says.
+func checkSnowflakes(c idgenv1connect.IdServiceClient, worker int64) func(t *testing.T, ids []string, call window) {
+	return func(t *testing.T, ids []string, call window) {
 		t.Helper()
-		prev := from - 1
+		var prev snowflakeID // nothing issued before: the first ID starts a millisecond
 		for _, s := range ids {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n <= prev {
-				t.Fatalf("ID %q after %d: want a strictly increasing decimal from %d (err %v)", s, prev, from, err)
+			id := layout(t, s)
+			if id.worker != worker || !call.holds(id.at) {
+				t.Fatalf("snowflake %s is worker %d at %v; want worker %d at a time during the call, %v to %v",
+					s, id.worker, id.at, worker, call.from, call.to)
 			}
-			prev = n
+			if id.at.Equal(prev.at) && id.seq != prev.seq+1 || id.at.After(prev.at) && id.seq != 0 || id.at.Before(prev.at) {
+				t.Fatalf("snowflake %s (%v, sequence %d) after %v, sequence %d: want the next sequence of the millisecond or sequence 0 of a later one",
+					s, id.at, id.seq, prev.at, prev.seq)
+			}
+			prev = id
+		}
+		for _, s := range []string{ids[0], ids[len(ids)-1]} {
+			want := layout(t, s)
+			d, err := c.Decode(context.Background(), &idgenv1.DecodeRequest{Id: s})
+			noErr(t, err)
+			if got := d.GetTime().AsTime(); !got.Equal(want.at) || int64(d.GetWorkerId()) != want.worker || int64(d.GetSequence()) != want.seq {
+				t.Fatalf("Decode(%s) = %v, worker %d, sequence %d; the documented layout says %v, worker %d, sequence %d",
+					s, got, d.GetWorkerId(), d.GetSequence(), want.at, want.worker, want.seq)
+			}
+		}
+	}
+}
+
+// checkRun checks that the IDs are the decimals from, from+1, ... with no gap: a fresh tag's
+// first batch is one reservation starting at the tag's first ID.
+func checkRun(from int64) func(t *testing.T, ids []string, call window) {
+	return func(t *testing.T, ids []string, _ window) {
+		t.Helper()
+		for i, s := range ids {
+			if want := strconv.FormatInt(from+int64(i), 10); s != want {
+				t.Fatalf("ID %d is %q; want %s: the run %d, %d, ... from the sequence's start", i, s, want, from, from+1)
+			}
 		}
 	}
 }
