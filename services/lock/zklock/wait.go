@@ -96,7 +96,9 @@ func (b *Backend) waitTurn(ctx context.Context, key, parent, path, owner string,
 		case <-ctx.Done():
 			timer.Stop()
 			b.leave(ctx, path)
-			return lock.Attempt{}, ctx.Err()
+			// The cause, not ctx.Err(): a wait ended by the server's shutdown must reach
+			// the caller as that (unavailable), like every other backend's.
+			return lock.Attempt{}, context.Cause(ctx)
 		case <-b.life.Done():
 			timer.Stop()
 			return lock.Attempt{}, lock.Unavailable(ctx, engine, errClosed)

@@ -1,0 +1,37 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestWaitEndsWithCause: a wait ended by its context reports the context's cause, such as
+// the server's shutdown (which callers must see as unavailable), not just "canceled", and
+// leaves the line.
+func TestWaitEndsWithCause(t *testing.T) {
+	t.Parallel()
+	root := testRoot(t)
+	const key = "cause"
+	holder, waiter := openTest(t, root), openTest(t, root)
+	mustAcquire(t, holder, key, "holder", 0)
+	shutdown := errors.New("test: server shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.AcquireWait(ctx, key, "w", 30*time.Second, 20*time.Second)
+		done <- err
+	}()
+	waitLine(t, holder, key, 2)
+	cancel(shutdown)
+	select {
+	case err := <-done:
+		if !errors.Is(err, shutdown) {
+			t.Fatalf("wait ended by its context: %v, want the cause %v", err, shutdown)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait still running 5s after its context ended")
+	}
+	waitLine(t, holder, key, 1)
+}
