@@ -131,7 +131,7 @@ func (b *Backend) enqueue(ctx context.Context, parent string, exists bool, d nod
 	}
 	for range 3 {
 		if !exists {
-			if err := b.createPersistent(ctx, parent); err != nil {
+			if err := b.createParent(ctx, parent); err != nil {
 				return "", err
 			}
 		}

@@ -78,9 +78,10 @@ func (b *Backend) expire(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// dropParent deletes a key's parent once its line is empty, so a key locked once does not keep
-// a node forever. Another line member (ErrNotEmpty) or another cleaner (ErrNoNode) is fine.
-// The parent's sequence counter goes with it, which is why tokens are zxids, not sequences.
+// dropParent deletes a key's parent once its line is empty, at once rather than at the
+// ensemble's next container sweep (see createParent). Another line member (ErrNotEmpty) or
+// another cleaner (ErrNoNode) is fine. The parent's sequence counter goes with it, which is
+// why tokens are zxids, not sequences.
 func (b *Backend) dropParent(ctx context.Context, parent string) {
 	err := b.delete(ctx, parent, -1)
 	if err != nil && !errors.Is(err, zk.ErrNotEmpty) && !errors.Is(err, zk.ErrNoNode) {
@@ -169,6 +170,21 @@ func (b *Backend) set(ctx context.Context, path string, d nodeData, version int3
 func (b *Backend) delete(ctx context.Context, path string, version int32) error {
 	_, err := call(ctx, b, func() (struct{}, error) { return struct{}{}, b.conn.Delete(path, version) }, nil)
 	if err != nil {
+		return fail(ctx, err)
+	}
+	return nil
+}
+
+// createParent creates a key's parent, unless it exists, as a container node: the ensemble
+// deletes a container some time after its last child goes (every minute by default,
+// znode.container.checkIntervalMs). Lines also empty without any call of ours seeing it: a
+// session that ends takes its nodes with it, a waiter leaves, a try-lock gives its place back
+// behind a holder that then leaves. Without containers each would strand the key's parent
+// forever, and per-entity keys (order:<id>) would grow the tree without bound. A create in a
+// container the ensemble just removed fails with ErrNoNode; enqueue creates it again.
+func (b *Backend) createParent(ctx context.Context, path string) error {
+	_, err := call(ctx, b, func() (string, error) { return b.conn.CreateContainer(path, nil, zk.FlagContainer, acl) }, nil)
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		return fail(ctx, err)
 	}
 	return nil
