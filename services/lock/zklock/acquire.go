@@ -27,7 +27,9 @@ func (b *Backend) AcquireWait(ctx context.Context, key, owner string, ttl, wait 
 func (b *Backend) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lock.Attempt, error) {
 	deadline := time.Now().Add(wait)
 	parent := b.parentPath(key)
-	if e := b.cachedLease(parent, owner); e != nil {
+	// A cached lease at the hold limit may be stale (a release through another instance):
+	// only a fresh read may refuse the re-entry.
+	if e := b.cachedLease(parent, owner); e != nil && e.data.Holds < lock.MaxHoldCount {
 		att, err := b.reenter(ctx, key, e, ttl)
 		if !moved(err) {
 			return att, err
@@ -151,8 +153,12 @@ func (b *Backend) enqueue(ctx context.Context, parent string, exists bool, d nod
 }
 
 // reenter adds a hold to owner's lease e and restarts its ttl, at e's version: if the lease
-// changed since it was read, the caller reads it again (errMoved).
+// changed since it was read, the caller reads it again (errMoved). At MaxHoldCount it
+// refuses and leaves the lease as it is.
 func (b *Backend) reenter(ctx context.Context, key string, e *entry, ttl time.Duration) (lock.Attempt, error) {
+	if e.data.Holds >= lock.MaxHoldCount {
+		return lock.Attempt{}, fmt.Errorf("zklock: key %q: %w (%d)", key, lock.ErrHoldLimit, e.data.Holds)
+	}
 	start := time.Now()
 	d := e.data
 	d.Holds++
