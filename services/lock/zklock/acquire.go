@@ -72,7 +72,7 @@ func (b *Backend) acquire(ctx context.Context, key, owner string, ttl, wait time
 // lease (holds 1, the lease's ttl), so being first is holding, with no second write.
 func (b *Backend) tryOnce(ctx context.Context, key, parent string, exists bool, owner string, ttl time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	path, err := b.enqueue(ctx, parent, exists, nodeData{Owner: owner, Holds: 1, TTLms: ttl.Milliseconds()})
+	path, err := b.enqueue(ctx, parent, exists, leaseData(owner, 1, ttl))
 	if err != nil {
 		return lock.Attempt{}, err
 	}
@@ -162,7 +162,7 @@ func (b *Backend) reenter(ctx context.Context, key string, e *entry, ttl time.Du
 	start := time.Now()
 	d := e.data
 	d.Holds++
-	d.TTLms = ttl.Milliseconds()
+	d.TTLms, d.LeaseMs = ttl.Milliseconds(), ttl.Milliseconds()
 	st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
 	if err != nil {
 		return lock.Attempt{}, err

@@ -189,10 +189,16 @@ func TestLeaveLine(t *testing.T) {
 
 func openTest(t *testing.T, root string) *Backend {
 	t.Helper()
+	return openSession(t, root, 4*time.Second)
+}
+
+// openSession opens a backend on the shared ZooKeeper with the given session timeout.
+func openSession(t *testing.T, root string, session time.Duration) *Backend {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b, err := Open(ctx, testenv.ZooKeeperAddrs(), Config{
-		Root: root, SessionTimeout: 4 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Root: root, SessionTimeout: session, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatalf("Open: %v; start the dev backends with deploy/dev/backends.sh up", err)

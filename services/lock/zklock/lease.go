@@ -21,7 +21,8 @@ func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error
 			d := e.data
 			d.Holds--
 			// Writing restarts the node's clock: carry over what is left of the lease, so
-			// dropping a hold does not renew it.
+			// dropping a hold does not renew it. The lease's own ttl stays in LeaseMs.
+			d.LeaseMs = e.leaseTTL().Milliseconds()
 			d.TTLms = max(b.clock.left(time.Now(), e).Milliseconds(), 1)
 			st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
 			if moved(err) {
@@ -49,7 +50,8 @@ func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error
 	return 0, b.tooBusy(ctx, parent)
 }
 
-// Renew implements lock.Backend: it rewrites the lease's ttl, which restarts its clock.
+// Renew implements lock.Backend: it rewrites the lease's ttl, which restarts its clock. A ttl
+// of 0 means the lease's own ttl.
 func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
 	parent := b.parentPath(key)
 	for step := range maxSteps {
@@ -58,8 +60,12 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 			return lock.Lease{}, err
 		}
 		start := time.Now()
+		term := ttl
+		if term == 0 {
+			term = e.leaseTTL()
+		}
 		d := e.data
-		d.TTLms = ttl.Milliseconds()
+		d.TTLms, d.LeaseMs = term.Milliseconds(), term.Milliseconds()
 		st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
 		if moved(err) {
 			b.leases.drop(e.path)
@@ -70,7 +76,7 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 		}
 		next := &entry{path: e.path, data: d, stat: st}
 		b.remember(next)
-		return b.granted(key, next, start, ttl).Lease, nil
+		return b.granted(key, next, start, term).Lease, nil
 	}
 	return lock.Lease{}, b.tooBusy(ctx, parent)
 }

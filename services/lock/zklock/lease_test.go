@@ -64,3 +64,90 @@ func TestHoldLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewOwnTTL: Renew with ttl 0 renews for the lease's own ttl (the one the acquire,
+// re-entry or renew that last set a ttl asked for), not for what a release left of it, on
+// the instance holding the node and through another one.
+func TestRenewOwnTTL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	root := testRoot(t)
+	tests := []struct {
+		name string
+		// prepare leaves owner "o" holding key (one hold) with own ttl want.
+		prepare func(t *testing.T, b *Backend, key string)
+		other   bool
+		want    time.Duration
+	}{
+		{
+			name: "after a release of one of two holds",
+			prepare: func(t *testing.T, b *Backend, key string) {
+				for range 2 {
+					if att, err := b.TryAcquire(ctx, key, "o", 3*time.Second); err != nil || !att.Acquired {
+						t.Fatalf("acquire: (%+v, %v)", att, err)
+					}
+				}
+				time.Sleep(time.Second) // what is left of the lease is now well below 3s
+				if left, err := b.Release(ctx, key, "o"); err != nil || left != 1 {
+					t.Fatalf("release = (%d, %v), want (1, nil)", left, err)
+				}
+			},
+			want: 3 * time.Second,
+		},
+		{
+			name: "through another instance after a release",
+			prepare: func(t *testing.T, b *Backend, key string) {
+				for range 2 {
+					if att, err := b.TryAcquire(ctx, key, "o", 3*time.Second); err != nil || !att.Acquired {
+						t.Fatalf("acquire: (%+v, %v)", att, err)
+					}
+				}
+				time.Sleep(time.Second)
+				if left, err := b.Release(ctx, key, "o"); err != nil || left != 1 {
+					t.Fatalf("release = (%d, %v), want (1, nil)", left, err)
+				}
+			},
+			other: true,
+			want:  3 * time.Second,
+		},
+		{
+			name: "after a renew with a ttl",
+			prepare: func(t *testing.T, b *Backend, key string) {
+				if att, err := b.TryAcquire(ctx, key, "o", 3*time.Second); err != nil || !att.Acquired {
+					t.Fatalf("acquire: (%+v, %v)", att, err)
+				}
+				if _, err := b.Renew(ctx, key, "o", 5*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: 5 * time.Second,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			key := "own-ttl-" + tt.name
+			// Sessions longer than every ttl here, so the ttl alone bounds ExpiresAt.
+			a := openSession(t, root, 20*time.Second)
+			via := a
+			if tt.other {
+				via = openSession(t, root, 20*time.Second)
+			}
+			tt.prepare(t, a, key)
+			before := time.Now()
+			l, err := via.Renew(ctx, key, "o", 0)
+			after := time.Now()
+			if err != nil {
+				t.Fatalf("renew without a ttl: %v", err)
+			}
+			if l.ExpiresAt.Before(before.Add(tt.want)) || l.ExpiresAt.After(after.Add(tt.want)) {
+				t.Fatalf("renew without a ttl expires %v after the call, want the lease's own ttl %v (call took %v)",
+					l.ExpiresAt.Sub(before), tt.want, after.Sub(before))
+			}
+			e := readLine(t, a, key)[0]
+			if got := time.Duration(e.data.TTLms) * time.Millisecond; got != tt.want || e.leaseTTL() != tt.want {
+				t.Fatalf("node after the renew: ttl %v, own ttl %v; want both %v", got, e.leaseTTL(), tt.want)
+			}
+		})
+	}
+}

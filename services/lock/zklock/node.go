@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -21,8 +22,13 @@ const childPrefix = "lock-"
 // seqDigits is the width of the sequence number ZooKeeper appends to a sequential node.
 const seqDigits = 10
 
-// dataVersion is the format of nodeData; a reader refuses other formats rather than guess.
-const dataVersion = 1
+// dataVersion is the format of nodeData this build writes. Format 2 added LeaseMs; this build
+// still reads format 1 (no lease ttl: the ttl is the lease's own), so it upgrades a running
+// ensemble in place. Builds that know only format 1 refuse format 2 nodes (errBadData).
+const dataVersion = 2
+
+// oldestDataVersion is the oldest format this build reads.
+const oldestDataVersion = 1
 
 // acl is open: coordkit trusts the ensemble's network, as the other backends trust Redis or
 // the database. Owners are secrets, so restrict the ensemble's access accordingly.
@@ -77,13 +83,19 @@ func position(line []child, name string) int {
 // nodeData is what a queue node holds. A node with Holds >= 1 is a lease; a node with Holds 0
 // is a waiter that becomes the lease by writing Holds 1 once it is first in line. Either ends
 // TTLms after the node's mtime (the ZooKeeper leader's clock at its last write) unless written
-// again: for a lease that is the lease's ttl, for a waiter its wait plus a grace, so a waiter
-// whose process stalled or vanished cannot block the line for longer than it meant to wait.
+// again: for a lease that is what is left of it, for a waiter its wait plus a grace, so a
+// waiter whose process stalled or vanished cannot block the line for longer than it meant to
+// wait.
 type nodeData struct {
 	V     int    `json:"v"`
 	Owner string `json:"owner"`
 	Holds uint32 `json:"holds"`
 	TTLms int64  `json:"ttl_ms"`
+	// LeaseMs is the lease's own ttl: the one the acquire, re-entry or renew that last set a
+	// ttl asked for, which a Renew without a ttl reuses. It differs from TTLms after a
+	// Release, which writes only what is left of the lease so that dropping a hold does not
+	// extend it. 0 in format 1 nodes: TTLms is then the lease's own ttl.
+	LeaseMs int64 `json:"lease_ms,omitempty"`
 }
 
 func (d nodeData) encode() []byte {
@@ -100,8 +112,8 @@ func decodeNode(path string, raw []byte) (nodeData, error) {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return d, fmt.Errorf("%w: %s: %v", errBadData, path, err)
 	}
-	if d.V != dataVersion {
-		return d, fmt.Errorf("%w: %s: format %d, this build reads %d", errBadData, path, d.V, dataVersion)
+	if d.V < oldestDataVersion || d.V > dataVersion {
+		return d, fmt.Errorf("%w: %s: format %d, this build reads %d to %d", errBadData, path, d.V, oldestDataVersion, dataVersion)
 	}
 	return d, nil
 }
@@ -121,3 +133,17 @@ func (e *entry) holding() bool { return e.data.Holds > 0 }
 // order every change the ensemble ever made, so tokens strictly increase per key, even across
 // deletions of the key's parent, which reset the sequence numbers in node names.
 func (e *entry) token() uint64 { return uint64(e.stat.Czxid) }
+
+// leaseTTL is the lease's own ttl, which a Renew without a ttl reuses.
+func (e *entry) leaseTTL() time.Duration {
+	if e.data.LeaseMs > 0 {
+		return time.Duration(e.data.LeaseMs) * time.Millisecond
+	}
+	return time.Duration(e.data.TTLms) * time.Millisecond
+}
+
+// leaseData is a lease's node data for owner with holds and ttl as the lease's own ttl.
+func leaseData(owner string, holds uint32, ttl time.Duration) nodeData {
+	ms := ttl.Milliseconds()
+	return nodeData{Owner: owner, Holds: holds, TTLms: ms, LeaseMs: ms}
+}

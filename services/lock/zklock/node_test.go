@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -53,14 +54,25 @@ func TestQueueOrder(t *testing.T) {
 
 func TestNodeDataRoundTrip(t *testing.T) {
 	t.Parallel()
-	in := nodeData{Owner: "o", Holds: 3, TTLms: 1500}
+	in := nodeData{Owner: "o", Holds: 3, TTLms: 1500, LeaseMs: 3000}
 	out, err := decodeNode("/x", in.encode())
-	if err != nil || out.Owner != "o" || out.Holds != 3 || out.TTLms != 1500 || out.V != dataVersion {
-		t.Fatalf("round trip = (%+v, %v), want %+v at format %d", out, err, in, dataVersion)
+	in.V = dataVersion
+	if err != nil || out != in {
+		t.Fatalf("round trip = (%+v, %v), want %+v", out, err, in)
 	}
-	for _, raw := range []string{"", "{", `{"v":2,"owner":"o"}`} {
-		if _, err := decodeNode("/x", []byte(raw)); err == nil {
-			t.Errorf("decode %q: no error, want errBadData", raw)
+	// Format 1 nodes, written before the lease ttl existed, still read: their ttl is the
+	// lease's own.
+	old, err := decodeNode("/x", []byte(`{"v":1,"owner":"o","holds":2,"ttl_ms":900}`))
+	if err != nil {
+		t.Fatalf("decode a format 1 node: %v, want it read", err)
+	}
+	e := &entry{path: "/p/lock-aa-0000000007", data: old, stat: &zk.Stat{Czxid: 77}}
+	if e.leaseTTL() != 900*time.Millisecond {
+		t.Fatalf("format 1 node: lease ttl %v, want 900ms", e.leaseTTL())
+	}
+	for _, raw := range []string{"", "{", `{"v":0,"owner":"o"}`, `{"v":3,"owner":"o"}`} {
+		if _, err := decodeNode("/x", []byte(raw)); !errors.Is(err, errBadData) {
+			t.Errorf("decode %q: %v, want errBadData", raw, err)
 		}
 	}
 }

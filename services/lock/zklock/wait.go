@@ -111,7 +111,7 @@ func (b *Backend) waitTurn(ctx context.Context, key, parent, path, owner string,
 // node's clock, so the lease runs from now, not from when we queued.
 func (b *Backend) promote(ctx context.Context, key, path, owner string, ttl time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	d := nodeData{Owner: owner, Holds: 1, TTLms: ttl.Milliseconds()}
+	d := leaseData(owner, 1, ttl)
 	st, err := b.set(ctx, path, d, 0, func(*zk.Stat, error) {
 		// A lease nobody was told about: give the lock to the next in line, unless a
 		// re-entry by the same owner has been granted on it since (version past 1).
