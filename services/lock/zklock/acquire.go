@@ -81,40 +81,76 @@ func (b *Backend) tryOnce(ctx context.Context, key, parent string, exists bool, 
 		b.abandon(path, 0)
 		return lock.Attempt{}, err
 	}
-	switch position(line, path[len(parent)+1:]) {
+	name := path[len(parent)+1:]
+	switch position(line, name) {
 	case 0:
 		e, err := b.read(ctx, path)
-		if err != nil {
+		switch {
+		case moved(err):
+			return b.carried(ctx, key, parent, name, owner, ttl)
+		case err != nil:
 			b.abandon(path, 0)
 			return lock.Attempt{}, err
+		case e.stat.Version != 0:
+			// A concurrent call by the same owner re-entered it first: its write set the
+			// term, not ours.
+			return b.carried(ctx, key, parent, name, owner, ttl)
 		}
 		// The node's mtime was stamped between start and now: a clock sample for free.
 		b.clock.observe(start, time.Now(), e.stat.Mtime)
 		b.remember(e)
 		return b.granted(key, e, start, ttl), nil
 	case -1:
-		// Gone already: our session ended, or another instance found it past a very short
-		// ttl. Look again.
-		return lock.Attempt{}, errMoved
+		// Gone already: our session ended, another instance found it past a very short ttl,
+		// or it was first and a concurrent re-entry by the same owner took it over.
+		return b.carried(ctx, key, parent, name, owner, ttl)
 	}
 	err = b.delete(ctx, path, 0)
 	switch {
 	case err == nil:
 		return lock.Attempt{}, errMoved
-	case errors.Is(err, zk.ErrBadVersion):
-		// The node reached the front and a concurrent call by the same owner re-entered it
-		// before we could give it back: it is ours, with that call's hold on top of ours.
-		e, err := b.read(ctx, path)
-		if err != nil || e.data.Owner != owner {
-			return lock.Attempt{}, errMoved
-		}
-		b.remember(e)
-		return b.granted(key, e, start, ttl), nil
-	case errors.Is(err, zk.ErrNoNode):
-		return lock.Attempt{}, errMoved
+	case moved(err):
+		// Written (BadVersion) or gone (NoNode) before we could give it back. Either the
+		// node reached the front and a concurrent call by the same owner re-entered it, in
+		// place or by a takeover into another instance's session, and the lease carries our
+		// hold; or the node ended (its ttl, our session, or a release of that lease).
+		return b.carried(ctx, key, parent, name, owner, ttl)
 	}
 	b.abandon(path, 0)
 	return lock.Attempt{}, err
+}
+
+// carried finishes an attempt whose node, named origin, a concurrent re-entry by the same
+// owner found first in line and re-entered (in place, or by a takeover into another session)
+// before the attempt could see or give it back: the hold the node was born with is ours. The
+// lease's term is the other call's (its ttl, its session), so the attempt writes its own ttl
+// as a re-entry would, without adding a hold, and promises what that write keeps. When the
+// lease is gone (the owner released it meanwhile, our hold with it) the line is read again
+// (errMoved).
+func (b *Backend) carried(ctx context.Context, key, parent, origin, owner string, ttl time.Duration) (lock.Attempt, error) {
+	for range maxSteps {
+		v, err := b.liveHead(ctx, parent)
+		if err != nil {
+			return lock.Attempt{}, err
+		}
+		e := v.head
+		if e == nil || !e.holding() || e.data.Owner != owner || e.origin() != origin {
+			return lock.Attempt{}, errMoved
+		}
+		start := time.Now()
+		d := e.data
+		d.TTLms, d.LeaseMs = ttl.Milliseconds(), ttl.Milliseconds()
+		next, err := b.rewrite(ctx, e, d)
+		if moved(err) {
+			continue
+		}
+		if err != nil {
+			return lock.Attempt{}, err
+		}
+		b.remember(next)
+		return b.granted(key, next, start, ttl), nil
+	}
+	return lock.Attempt{}, b.tooBusy(ctx, parent)
 }
 
 // enqueue adds one ephemeral sequential node with d to parent's line, creating the parent when
@@ -153,7 +189,7 @@ func (b *Backend) enqueue(ctx context.Context, parent string, exists bool, d nod
 }
 
 // reenter adds a hold to owner's lease e and restarts its ttl, at e's version: if the lease
-// changed since it was read, the caller reads it again (errMoved). At MaxHoldCount it
+// changed since it was read, the caller reads it again (a moved error). At MaxHoldCount it
 // refuses and leaves the lease as it is.
 func (b *Backend) reenter(ctx context.Context, key string, e *entry, ttl time.Duration) (lock.Attempt, error) {
 	if e.data.Holds >= lock.MaxHoldCount {
@@ -163,13 +199,27 @@ func (b *Backend) reenter(ctx context.Context, key string, e *entry, ttl time.Du
 	d := e.data
 	d.Holds++
 	d.TTLms, d.LeaseMs = ttl.Milliseconds(), ttl.Milliseconds()
-	st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
+	next, err := b.rewrite(ctx, e, d)
 	if err != nil {
 		return lock.Attempt{}, err
 	}
-	next := &entry{path: e.path, data: d, stat: st}
 	b.remember(next)
 	return b.granted(key, next, start, ttl), nil
+}
+
+// rewrite writes d, the lease's new data, over lease e at e's version: in place when e's node
+// belongs to this backend's session, else by taking the lease over into this session, so the
+// end the caller is about to promise depends only on a session this backend can vouch for.
+// It fails with a moved error when e changed or went since it was read.
+func (b *Backend) rewrite(ctx context.Context, e *entry, d nodeData) (*entry, error) {
+	if !b.ownedHere(e) {
+		return b.takeOver(ctx, e, d)
+	}
+	st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &entry{path: e.path, data: d, stat: st}, nil
 }
 
 // granted is the Attempt of a lease node; start is the local time before its last write.

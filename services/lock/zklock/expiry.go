@@ -11,9 +11,10 @@ import (
 
 // ZooKeeper has no ttl for ephemeral nodes, so the service ends leases itself. The instance
 // whose session owns a lease node keeps a timer at its expiry: when it fires, the node is read
-// again and deleted at that version if its ttl really passed (a renewal through another
-// instance moves the deadline, and the timer follows it). Other instances end an expired lease
-// when they meet it (liveHead); a dead instance's leases end with its session.
+// again and deleted at that version if its ttl really passed (a release through another
+// instance moves the deadline, and the timer follows it; a renewal through another instance
+// takes the node over, and the timer finds it gone). Other instances end an expired lease when
+// they meet it (liveHead); a dead instance's leases end with its session.
 
 // expiryRetry is how soon a timer looks again after it could not reach ZooKeeper.
 const expiryRetry = 500 * time.Millisecond

@@ -21,7 +21,9 @@ func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error
 			d := e.data
 			d.Holds--
 			// Writing restarts the node's clock: carry over what is left of the lease, so
-			// dropping a hold does not renew it. The lease's own ttl stays in LeaseMs.
+			// dropping a hold does not renew it. The lease's own ttl stays in LeaseMs. No
+			// takeover: a release promises nothing, so whose session holds the node does
+			// not matter to it.
 			d.LeaseMs = e.leaseTTL().Milliseconds()
 			d.TTLms = max(b.clock.left(time.Now(), e).Milliseconds(), 1)
 			st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
@@ -51,7 +53,9 @@ func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error
 }
 
 // Renew implements lock.Backend: it rewrites the lease's ttl, which restarts its clock. A ttl
-// of 0 means the lease's own ttl.
+// of 0 means the lease's own ttl. A lease whose node belongs to another instance's session is
+// taken over into this one's (takeover.go): its end must not hang on a session this instance
+// cannot vouch for.
 func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
 	parent := b.parentPath(key)
 	for step := range maxSteps {
@@ -66,7 +70,7 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 		}
 		d := e.data
 		d.TTLms, d.LeaseMs = term.Milliseconds(), term.Milliseconds()
-		st, err := b.set(ctx, e.path, d, e.stat.Version, nil)
+		next, err := b.rewrite(ctx, e, d)
 		if moved(err) {
 			b.leases.drop(e.path)
 			continue
@@ -74,7 +78,6 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 		if err != nil {
 			return lock.Lease{}, err
 		}
-		next := &entry{path: e.path, data: d, stat: st}
 		b.remember(next)
 		return b.granted(key, next, start, term).Lease, nil
 	}

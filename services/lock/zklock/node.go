@@ -22,9 +22,12 @@ const childPrefix = "lock-"
 // seqDigits is the width of the sequence number ZooKeeper appends to a sequential node.
 const seqDigits = 10
 
-// dataVersion is the format of nodeData this build writes. Format 2 added LeaseMs; this build
-// still reads format 1 (no lease ttl: the ttl is the lease's own), so it upgrades a running
-// ensemble in place. Builds that know only format 1 refuse format 2 nodes (errBadData).
+// dataVersion is the format of nodeData this build writes. Format 2 added Token and LeaseMs;
+// this build still reads format 1 (no token: the creation zxid is the token; no lease ttl:
+// the ttl is the lease's own), so it upgrades a running ensemble in place. Builds that know
+// only format 1 refuse format 2 nodes (errBadData) instead of dropping the carried token, so
+// during a rolling upgrade an old instance fails calls on a key a new one wrote, rather than
+// hand out a changed fencing token.
 const dataVersion = 2
 
 // oldestDataVersion is the oldest format this build reads.
@@ -96,6 +99,14 @@ type nodeData struct {
 	// Release, which writes only what is left of the lease so that dropping a hold does not
 	// extend it. 0 in format 1 nodes: TTLms is then the lease's own ttl.
 	LeaseMs int64 `json:"lease_ms,omitempty"`
+	// Token is the lease's fencing token once its node was replaced by a takeover (see
+	// takeover.go); 0 means the node's creation zxid, which is the token of a node that
+	// started the lease.
+	Token uint64 `json:"token,omitempty"`
+	// Origin is the name of the node that started the lease, once a takeover replaced it:
+	// an attempt that finds its own node gone can tell whether a concurrent re-entry carried
+	// its hold into a replacement. Empty means the node's own name.
+	Origin string `json:"origin,omitempty"`
 }
 
 func (d nodeData) encode() []byte {
@@ -128,11 +139,26 @@ type entry struct {
 // holding reports whether the node is a lease rather than a waiter.
 func (e *entry) holding() bool { return e.data.Holds > 0 }
 
-// token is the node's fencing token: the zxid of its creation. Every new holder is a node
-// created after the previous holder's (it queued behind it, or the key was free), and zxids
-// order every change the ensemble ever made, so tokens strictly increase per key, even across
-// deletions of the key's parent, which reset the sequence numbers in node names.
-func (e *entry) token() uint64 { return uint64(e.stat.Czxid) }
+// token is the lease's fencing token: the zxid of the creation of the node that started the
+// lease, carried in the data when a takeover replaced that node. Every new holder is a node
+// created after the previous holder's node and its replacements were deleted (it queued
+// behind them, or the key was free), and zxids order every change the ensemble ever made, so
+// tokens strictly increase per key, even across deletions of the key's parent, which reset
+// the sequence numbers in node names.
+func (e *entry) token() uint64 {
+	if e.data.Token != 0 {
+		return e.data.Token
+	}
+	return uint64(e.stat.Czxid)
+}
+
+// origin is the name of the node that started e's lease.
+func (e *entry) origin() string {
+	if e.data.Origin != "" {
+		return e.data.Origin
+	}
+	return e.path[strings.LastIndexByte(e.path, '/')+1:]
+}
 
 // leaseTTL is the lease's own ttl, which a Renew without a ttl reuses.
 func (e *entry) leaseTTL() time.Duration {

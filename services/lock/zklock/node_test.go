@@ -54,21 +54,22 @@ func TestQueueOrder(t *testing.T) {
 
 func TestNodeDataRoundTrip(t *testing.T) {
 	t.Parallel()
-	in := nodeData{Owner: "o", Holds: 3, TTLms: 1500, LeaseMs: 3000}
+	in := nodeData{Owner: "o", Holds: 3, TTLms: 1500, LeaseMs: 3000, Token: 42, Origin: "lock-ab-0000000001"}
 	out, err := decodeNode("/x", in.encode())
 	in.V = dataVersion
 	if err != nil || out != in {
 		t.Fatalf("round trip = (%+v, %v), want %+v", out, err, in)
 	}
-	// Format 1 nodes, written before the lease ttl existed, still read: their ttl is the
-	// lease's own.
+	// Format 1 nodes, written before the lease ttl and the carried token existed, still read:
+	// the token is then the node's creation zxid and the ttl is the lease's own.
 	old, err := decodeNode("/x", []byte(`{"v":1,"owner":"o","holds":2,"ttl_ms":900}`))
 	if err != nil {
 		t.Fatalf("decode a format 1 node: %v, want it read", err)
 	}
 	e := &entry{path: "/p/lock-aa-0000000007", data: old, stat: &zk.Stat{Czxid: 77}}
-	if e.leaseTTL() != 900*time.Millisecond {
-		t.Fatalf("format 1 node: lease ttl %v, want 900ms", e.leaseTTL())
+	if e.token() != 77 || e.leaseTTL() != 900*time.Millisecond || e.origin() != "lock-aa-0000000007" {
+		t.Fatalf("format 1 node: token %d, lease ttl %v, origin %q; want the czxid 77, 900ms and its own name",
+			e.token(), e.leaseTTL(), e.origin())
 	}
 	for _, raw := range []string{"", "{", `{"v":0,"owner":"o"}`, `{"v":3,"owner":"o"}`} {
 		if _, err := decodeNode("/x", []byte(raw)); !errors.Is(err, errBadData) {

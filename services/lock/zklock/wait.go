@@ -74,7 +74,12 @@ func (b *Backend) waitTurn(ctx context.Context, key, parent, path, owner string,
 			// The owner already holds the lock (it was granted through another call
 			// meanwhile): re-enter rather than wait behind ourselves.
 			b.leave(ctx, path)
-			return b.reenter(ctx, key, ahead, ttl)
+			att, err := b.reenter(ctx, key, ahead, ttl)
+			if moved(err) {
+				// The lease changed meanwhile: queue again and look anew.
+				return lock.Attempt{}, errMoved
+			}
+			return att, err
 		}
 
 		timer := time.NewTimer(min(time.Until(deadline), b.clock.left(time.Now(), ahead)+time.Millisecond))

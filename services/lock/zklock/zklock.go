@@ -6,14 +6,26 @@
 // child. The lowest child holds the lock; every other child waits, watching only its
 // predecessor (no herd, first come first served). The lease itself lives in the holder node's
 // data (owner, hold count, ttl), so any service instance can re-enter, renew, release or
-// inspect a lock another instance acquired; every change is a versioned setData or delete, so
-// two instances never overwrite each other.
+// inspect a lock another instance acquired; every change is a versioned write, so two
+// instances never overwrite each other.
 //
 // A lease ends at the first of: release; its ttl passing without renewal, measured from the
 // node's mtime on the ZooKeeper leader's clock (the instance that wrote it deletes it on a
-// timer, and any instance that meets it expired deletes it too); the session of the instance
-// that created it expiring, when that instance dies or loses the ensemble for the session
-// timeout. The fencing token is the holder node's creation zxid.
+// timer, and any instance that meets it expired deletes it too); the session its node belongs
+// to expiring, when that instance dies or loses the ensemble for the session timeout. The
+// fencing token is the creation zxid of the node that started the lease.
+//
+// A lease moves to the session of the instance that last renewed or re-entered it. An
+// instance can vouch only for its own session, so a renewal or re-entry through an instance
+// whose session does not own the lease's node replaces the node, in one atomic multi-op, with
+// one of its own session that keeps the lease's place in line, its fencing token and its data
+// (takeover.go). Every ExpiresAt is therefore start + min(ttl, own session timeout), about a
+// session the promising instance knows. A release promises nothing and never moves a lease.
+//
+// Node data is JSON with a format number; this build writes format 2 (the lease's own ttl and
+// the token carried across takeovers) and reads formats 1 and 2, so it upgrades a running
+// ensemble in place. Builds that read only format 1 refuse format 2 nodes rather than lose
+// the carried token: finish a rolling upgrade before relying on calls through old instances.
 //
 // While an instance has no session it fails every call with lock.ErrUnavailable: it cannot
 // vouch for any lock it cannot see.
@@ -193,8 +205,10 @@ func (b *Backend) parentPath(key string) string {
 }
 
 // leaseEnd is the ExpiresAt a lease granted from start with ttl can promise. The lease also
-// ends if the session of the instance holding its node expires, which the ensemble does no
-// sooner than the session timeout after that instance's last contact (at or after start).
+// ends if the session its node belongs to expires: this backend's own, since every grant and
+// renewal writes a node of this session (rewrite takes leases of other sessions over first),
+// and the ensemble expires it no sooner than the session timeout after this instance's last
+// contact (at or after start).
 func (b *Backend) leaseEnd(start time.Time, ttl time.Duration) time.Time {
 	return start.Add(min(ttl, b.session))
 }
