@@ -182,6 +182,7 @@ func (b *Backend) delete(ctx context.Context, path string, version int32) error 
 // behind a holder that then leaves. Without containers each would strand the key's parent
 // forever, and per-entity keys (order:<id>) would grow the tree without bound. A create in a
 // container the ensemble just removed fails with ErrNoNode; enqueue creates it again.
+// Containers need ZooKeeper 3.5.3 or later; an older ensemble fails every acquire.
 func (b *Backend) createParent(ctx context.Context, path string) error {
 	_, err := call(ctx, b, func() (string, error) { return b.conn.CreateContainer(path, nil, zk.FlagContainer, acl) }, nil)
 	if err != nil && !errors.Is(err, zk.ErrNodeExists) {

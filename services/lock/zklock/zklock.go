@@ -2,12 +2,12 @@
 // fixing what it leaves out.
 //
 // Every key has a parent node under Root (the key base64url-encoded), a container node that
-// the ensemble removes once its line is empty; every acquisition adds an EPHEMERAL_SEQUENTIAL
-// child. The lowest child holds the lock; every other child waits, watching only its
-// predecessor (no herd, first come first served). The lease itself lives in the holder node's
-// data (owner, hold count, ttl), so any service instance can re-enter, renew, release or
-// inspect a lock another instance acquired; every change is a versioned write, so two
-// instances never overwrite each other.
+// the ensemble (3.5.3 or later) removes once its line is empty; every acquisition adds an
+// EPHEMERAL_SEQUENTIAL child. The lowest child holds the lock; every other child waits,
+// watching only its predecessor (no herd, first come first served). The lease itself lives in
+// the holder node's data (owner, hold count, ttl), so any service instance can re-enter,
+// renew, release or inspect a lock another instance acquired; every change is a versioned
+// write, so two instances never overwrite each other.
 //
 // A lease ends at the first of: release; its ttl passing without renewal, measured from the
 // node's mtime on the ZooKeeper leader's clock (the instance that wrote it deletes it on a
