@@ -21,7 +21,7 @@ func mysqlStore(t *testing.T) func(t *testing.T) lock.Backend {
 	t.Cleanup(func() {
 		db, err := sql.Open("mysql", testenv.MySQLDSN())
 		if err == nil {
-			db.Exec("DELETE FROM coordkit_locks WHERE scope = ?", scope)
+			sqllock.DropScope(context.Background(), db, scope) //nolint:errcheck // best effort
 			db.Close()
 		}
 	})

@@ -7,20 +7,30 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
 )
 
-// engine is one SQL engine under test. open returns a fresh backend on an isolated store
-// (its own SQLite file, or its own scope of the shared MariaDB), and
-// the raw database for tests that reach into the tables.
+// engine is one SQL engine under test.
 type engine struct {
 	name string
-	open func(t *testing.T) (*Backend, *sql.DB)
+	// newStore makes a fresh, isolated store on the real engine: its own SQLite file, or
+	// its own scope of the shared MariaDB.
+	newStore func(t *testing.T) *store
+}
+
+// store is an isolated lock store. open starts one more backend on it, as another service
+// instance would; raw is a database handle of the test's own, apart from every backend's
+// pool, for reaching into the tables.
+type store struct {
+	scope string
+	raw   *sql.DB
+	open  func(t *testing.T, opts ...Option) *Backend
 }
 
 var engines = []engine{
-	{name: "sqlite", open: openSQLiteStore},
-	{name: "mysql", open: openMySQLStore},
+	{name: "sqlite", newStore: sqliteStore},
+	{name: "mysql", newStore: mysqlStore},
 }
 
 // forEngine runs f as a parallel subtest per engine.
@@ -33,38 +43,71 @@ func forEngine(t *testing.T, f func(t *testing.T, e engine)) {
 	}
 }
 
-func openSQLiteStore(t *testing.T) (*Backend, *sql.DB) {
-	b, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "locks.db"))
+func sqliteStore(t *testing.T) *store {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	raw, err := sqldb.OpenSQLite(context.Background(), path)
 	if err != nil {
 		t.Fatalf("open sqlite: %v", err)
 	}
-	t.Cleanup(func() { b.Close() })
-	return b, b.db
-}
-
-func openMySQLStore(t *testing.T) (*Backend, *sql.DB) {
-	scope := testScope(t)
-	b, err := OpenMySQL(context.Background(), testenv.MySQLDSN(), scope)
-	if err != nil {
-		t.Fatalf("open mysql (start it with deploy/dev/backends.sh up): %v", err)
-	}
-	t.Cleanup(func() {
-		b.Close()
-		db, err := sql.Open("mysql", testenv.MySQLDSN())
+	t.Cleanup(func() { raw.Close() })
+	return &store{scope: DefaultScope, raw: raw, open: func(t *testing.T, opts ...Option) *Backend {
+		b, err := OpenSQLite(context.Background(), path, opts...)
 		if err != nil {
-			return
+			t.Fatalf("open sqlite: %v", err)
 		}
-		defer db.Close()
-		DropScope(context.Background(), db, scope) //nolint:errcheck // best effort
-	})
-	return b, b.db
+		t.Cleanup(func() { b.Close() })
+		return b
+	}}
 }
 
-// testScope is a scope unique to this test run that fits the scope column.
-func testScope(t *testing.T) string {
+func mysqlStore(t *testing.T) *store {
 	scope := strings.TrimPrefix(testenv.Prefix(t), "test:")
 	if len(scope) > 64 {
 		scope = scope[len(scope)-64:]
 	}
-	return scope
+	raw, err := sqldb.OpenMySQL(context.Background(), testenv.MySQLDSN(), 4)
+	if err != nil {
+		t.Fatalf("open mysql (start it with deploy/dev/backends.sh up): %v", err)
+	}
+	// Registered first, so it runs after every backend of the test has closed.
+	t.Cleanup(func() {
+		DropScope(context.Background(), raw, scope) //nolint:errcheck // best effort
+		raw.Close()
+	})
+	return &store{scope: scope, raw: raw, open: func(t *testing.T, opts ...Option) *Backend {
+		b, err := OpenMySQL(context.Background(), testenv.MySQLDSN(), scope, opts...)
+		if err != nil {
+			t.Fatalf("open mysql: %v", err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}}
+}
+
+// rows counts the store's lease rows (all keys, free ones too).
+func (s *store) rows(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := s.raw.QueryRow("SELECT COUNT(*) FROM "+leasesTable+" WHERE scope = ?", s.scope).Scan(&n); err != nil {
+		t.Fatalf("count rows: %v", err)
+	}
+	return n
+}
+
+// keyRows counts key's lease rows (0 or 1).
+func (s *store) keyRows(t *testing.T, key string) int {
+	t.Helper()
+	var n int
+	if err := s.raw.QueryRow("SELECT COUNT(*) FROM "+leasesTable+" WHERE scope = ? AND lock_key = ?", s.scope, key).Scan(&n); err != nil {
+		t.Fatalf("count rows of %q: %v", key, err)
+	}
+	return n
+}
+
+// exec runs a statement on the raw handle.
+func (s *store) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if _, err := s.raw.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
 }

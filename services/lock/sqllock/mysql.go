@@ -13,18 +13,20 @@ import (
 const mysqlConns = 16
 
 // OpenMySQL connects to the MySQL or MariaDB database in dsn (see sqldb.OpenMySQL), creates
-// the lock table if needed, and returns a backend on it, in scope (DefaultScope when empty),
-// that owns the connection pool.
-func OpenMySQL(ctx context.Context, dsn, scope string) (*Backend, error) {
+// the lock tables if needed, and returns a backend on it, in scope (DefaultScope when empty),
+// that owns the connection pool. At most 12 of its 16 connections run TryAcquire at once, so
+// a crowd of waiters cannot keep Release and Renew waiting for a connection.
+func OpenMySQL(ctx context.Context, dsn, scope string, opts ...Option) (*Backend, error) {
 	db, err := sqldb.OpenMySQL(ctx, dsn, mysqlConns)
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: %w", err)
 	}
-	b, err := New(ctx, db, MySQL, scope)
+	b, err := New(ctx, db, MySQL, scope, opts...)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	b.ownsDB = true
+	b.reserveConns(mysqlConns)
 	return b, nil
 }

@@ -10,12 +10,12 @@ import (
 // OpenSQLite opens (creating if needed) the SQLite lock database at path (see
 // sqldb.OpenSQLite for its settings) and returns a backend on it, in DefaultScope, that owns
 // the database handle.
-func OpenSQLite(ctx context.Context, path string) (*Backend, error) {
+func OpenSQLite(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	db, err := sqldb.OpenSQLite(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: %w", err)
 	}
-	b, err := New(ctx, db, SQLite, "")
+	b, err := New(ctx, db, SQLite, "", opts...)
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -1,0 +1,301 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// row is a lock row as read, with the database's clock.
+type row struct {
+	owner     string
+	holds     uint32
+	token     uint64 // 0: a placeholder that never had a holder
+	expiresAt int64  // database clock, Unix ms
+	ttlMs     int64  // the lease's own ttl, for a Renew without one
+	now       int64  // database clock, Unix ms
+}
+
+// held reports whether the row is a live lease.
+func (r row) held() bool { return r.owner != "" && r.expiresAt > r.now }
+
+// state converts the row to the public view, moving its expiry onto the local clock.
+func (r row) state() lock.State {
+	if !r.held() {
+		return lock.State{}
+	}
+	return lock.State{
+		Held: true, HolderID: lock.HolderID(r.owner), FencingToken: r.token, HoldCount: r.holds,
+		ExpiresAt: time.Now().Add(time.Duration(r.expiresAt-r.now) * time.Millisecond),
+	}
+}
+
+func scanRow(s *sql.Row) (row, error) {
+	var r row
+	err := s.Scan(&r.owner, &r.holds, &r.token, &r.expiresAt, &r.ttlMs, &r.now)
+	return r, err
+}
+
+// expiry is the expires_at to store for a lease of ttlMs granted when the database clock read
+// now. The clock counts whole milliseconds, truncated: the instant it was read may be up to a
+// millisecond past now, so one more is added. The row then stays held until the database
+// clock reads past now + 1 + ttlMs, strictly after (read instant + ttl), and so after the
+// expires_at reported to the caller, which is measured from before the database was asked.
+func expiry(now, ttlMs int64) int64 { return now + 1 + ttlMs }
+
+// ceilMillis is d in whole milliseconds, rounded up: no part of a ttl is dropped.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// peek reads key's row without locking anything.
+func (b *Backend) peek(ctx context.Context, key string) (r row, found bool, err error) {
+	r, err = scanRow(b.st.peekRow.QueryRowContext(ctx, b.scope, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return row{}, false, nil
+	}
+	return r, err == nil, err
+}
+
+// maxRetries bounds how often a statement or transaction that InnoDB chose as a deadlock
+// victim is run again.
+const maxRetries = 10
+
+// retryable says whether err only means "chosen as a deadlock victim, nothing done": the
+// statement or transaction can run again.
+func (b *Backend) retryable(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && b.d.Retryable != nil && b.d.Retryable(err)
+}
+
+// placeholderMs is how long a placeholder row is safe from the janitor: its keep-free
+// period, but at least a second, which an acquirer between creating the row and taking it
+// would have to stall for.
+func (b *Backend) placeholderMs() int64 { return max(b.o.keepFree, time.Second).Milliseconds() }
+
+// createRow inserts key's placeholder row unless the key has one. The insert runs on its own
+// (see "No deadlocks" in the package doc), so a deadlock victim holds nothing and is run
+// again.
+func (b *Backend) createRow(ctx context.Context, key string) error {
+	for attempt := 1; ; attempt++ {
+		_, err := b.st.insertRow.ExecContext(ctx, b.scope, key, b.placeholderMs())
+		if !b.retryable(ctx, err) || attempt == maxRetries {
+			return err
+		}
+	}
+}
+
+// missing says what inTx does when the key has no row.
+type missing int
+
+const (
+	// missingFails makes inTx return errNoRow.
+	missingFails missing = iota
+	// missingFree hands fn a free row (token 0) that fn must not write back.
+	missingFree
+	// missingInsert inserts the key's placeholder row first, inside the transaction; only
+	// for engines whose write transactions lock the whole database (Dialect.InsertInTx).
+	missingInsert
+)
+
+// errNoRow is inTx's answer for a key without a row, with missingFails.
+var errNoRow = errors.New("sqllock: no row")
+
+// dbError marks a failure of the database inside a transaction, as opposed to a decision
+// of the transaction's fn.
+type dbError struct{ error }
+
+func (e dbError) Unwrap() error { return e.error }
+
+// inTx runs fn in one transaction that holds key's row lock, and commits when fn returns no
+// error; fn returns the row to write back, or nil, and wraps database failures in dbError.
+// A transaction chosen as a deadlock victim was rolled back whole and runs again.
+func (b *Backend) inTx(ctx context.Context, key string, m missing, fn func(tx *sql.Tx, r row) (*row, error)) error {
+	for attempt := 1; ; attempt++ {
+		err := b.tx(ctx, key, m, fn)
+		var de dbError
+		switch {
+		case !errors.As(err, &de):
+			return err // nil, or fn's decision
+		case b.retryable(ctx, de.error) && attempt < maxRetries:
+		default:
+			return lock.Unavailable(ctx, b.d.Name, de.error)
+		}
+	}
+}
+
+// tx is one try of inTx.
+func (b *Backend) tx(ctx context.Context, key string, m missing, fn func(tx *sql.Tx, r row) (*row, error)) error {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return dbError{err}
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	if m == missingInsert {
+		if _, err := tx.StmtContext(ctx, b.st.insertRow).ExecContext(ctx, b.scope, key, b.placeholderMs()); err != nil {
+			return dbError{err}
+		}
+	}
+	r, err := scanRow(tx.StmtContext(ctx, b.st.lockRow).QueryRowContext(ctx, b.scope, key))
+	switch {
+	case errors.Is(err, sql.ErrNoRows) && m == missingFree:
+		r = row{}
+	case errors.Is(err, sql.ErrNoRows):
+		return errNoRow
+	case err != nil:
+		return dbError{err}
+	}
+	next, err := fn(tx, r)
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		_, err := tx.StmtContext(ctx, b.st.update).ExecContext(ctx,
+			next.owner, next.holds, next.token, next.expiresAt, next.ttlMs, b.scope, key)
+		if err != nil {
+			return dbError{err}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return dbError{err}
+	}
+	return nil
+}
+
+// TryAcquire implements lock.Backend.
+func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
+	start := time.Now()
+	if b.slots != nil {
+		select {
+		case b.slots <- struct{}{}:
+			defer func() { <-b.slots }()
+		case <-ctx.Done():
+			return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, ctx.Err())
+		}
+	}
+	// Most attempts on a taken lock end here, without a transaction or a row lock.
+	r, found, err := b.peek(ctx, key)
+	if err != nil {
+		return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, err)
+	}
+	if found && r.held() && r.owner != owner {
+		return lock.Attempt{Holder: r.state()}, nil
+	}
+	ttlMs := ceilMillis(ttl)
+	var att lock.Attempt
+	take := func(tx *sql.Tx, r row) (*row, error) {
+		switch {
+		case !r.held(): // free, released or expired: take it over with a new token
+			token := r.token + 1
+			if r.token == 0 {
+				first, err := b.nextToken(ctx, tx, key)
+				if err != nil {
+					return nil, dbError{err}
+				}
+				token = first
+			}
+			att = lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: token, HoldCount: 1}}
+			return &row{owner: owner, holds: 1, token: token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
+		case r.owner == owner: // re-entry
+			if r.holds >= lock.MaxHoldCount {
+				return nil, lock.ErrHoldLimit
+			}
+			att = lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds + 1}}
+			return &row{owner: owner, holds: r.holds + 1, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
+		default:
+			att = lock.Attempt{Holder: r.state()}
+			return nil, nil
+		}
+	}
+	// The row may be deleted between the read that found it and the transaction (a free
+	// row past its keep-free period), or, rarely, between a separate insert and the
+	// transaction: a placeholder is kept for at least a second, so another acquirer must
+	// have taken it, released it and seen it reclaimed meanwhile. Each round that finds no
+	// row is such progress of others; the rounds are bounded in case a caller without a
+	// deadline is unlucky forever.
+	for round := 1; ; round++ {
+		m := missingFails
+		switch {
+		case found:
+		case b.d.InsertInTx:
+			m = missingInsert
+		default:
+			if err := b.createRow(ctx, key); err != nil {
+				return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, err)
+			}
+		}
+		err = b.inTx(ctx, key, m, take)
+		if !errors.Is(err, errNoRow) {
+			break
+		}
+		if round == 100 {
+			return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, fmt.Errorf("row of key %q deleted before each of %d transactions", key, round))
+		}
+		found = false
+	}
+	if err != nil {
+		return lock.Attempt{}, err
+	}
+	if att.Acquired {
+		att.Lease.ExpiresAt = start.Add(ttl)
+	}
+	return att, nil
+}
+
+// Release implements lock.Backend.
+func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
+	var remaining uint32
+	err := b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) {
+		if err := ownedBy(r, owner); err != nil {
+			return nil, err
+		}
+		remaining = r.holds - 1
+		if remaining == 0 {
+			// Free; the token stays for the next holder, and the janitor deletes the row
+			// (folding the token into the fence floor) once the keep-free period passes.
+			return &row{token: r.token, expiresAt: r.now + b.o.keepFree.Milliseconds()}, nil
+		}
+		return &row{owner: owner, holds: remaining, token: r.token, expiresAt: r.expiresAt, ttlMs: r.ttlMs}, nil
+	})
+	return remaining, err
+}
+
+// Renew implements lock.Backend.
+func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
+	start := time.Now()
+	var lease lock.Lease
+	err := b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) {
+		if err := ownedBy(r, owner); err != nil {
+			return nil, err
+		}
+		ttlMs, report := ceilMillis(ttl), ttl
+		if ttl <= 0 { // the lease's own ttl
+			ttlMs, report = r.ttlMs, time.Duration(r.ttlMs)*time.Millisecond
+		}
+		lease = lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds, ExpiresAt: start.Add(report)}
+		return &row{owner: owner, holds: r.holds, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
+	})
+	return lease, err
+}
+
+// Inspect implements lock.Backend.
+func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
+	r, _, err := b.peek(ctx, key)
+	if err != nil {
+		return lock.State{}, lock.Unavailable(ctx, b.d.Name, err)
+	}
+	return r.state(), nil
+}
+
+func ownedBy(r row, owner string) error {
+	switch {
+	case !r.held():
+		return lock.ErrNotHeld
+	case r.owner != owner:
+		return lock.ErrNotOwner
+	}
+	return nil
+}
