@@ -8,7 +8,9 @@ import (
 
 // Proxy is a TCP proxy on loopback in front of a backend, for fault tests: Cut severs every
 // connection and refuses new ones, as a network partition would; Restore heals it. Stall holds
-// every byte in flight, as a congested or black-holed path does, and Resume delivers them.
+// every byte in flight, as a congested or black-holed path does, and Resume delivers them;
+// StallOpen does so only on the connections open at the time, as when a NAT or load balancer
+// loses their state while new connections pass.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -20,6 +22,15 @@ type Proxy struct {
 	stalled chan struct{}
 	// severed is closed by Cut, so that copies held by Stall end with their connections.
 	severed chan struct{}
+	links   map[*link]struct{}
+}
+
+// link is one proxied connection pair.
+type link struct {
+	severed <-chan struct{}
+	// stalled is open while StallOpen holds this link's traffic; nil when flowing. Under
+	// Proxy.mu.
+	stalled chan struct{}
 }
 
 // NewProxy starts a proxy to target; it stops when the test ends.
@@ -29,7 +40,10 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("testenv: proxy listen: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{}), severed: make(chan struct{})}
+	p := &Proxy{
+		ln: ln, target: target, conns: make(map[net.Conn]struct{}),
+		severed: make(chan struct{}), links: make(map[*link]struct{}),
+	}
 	go p.accept()
 	t.Cleanup(func() {
 		ln.Close()
@@ -72,13 +86,31 @@ func (p *Proxy) Stall() {
 	}
 }
 
-// Resume ends a Stall and delivers the traffic it held.
+// StallOpen holds the traffic of the connections open now, as Stall does, while new
+// connections pass; Resume delivers it.
+func (p *Proxy) StallOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		if l.stalled == nil {
+			l.stalled = make(chan struct{})
+		}
+	}
+}
+
+// Resume ends a Stall or StallOpen and delivers the traffic it held.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stalled != nil {
 		close(p.stalled)
 		p.stalled = nil
+	}
+	for l := range p.links {
+		if l.stalled != nil {
+			close(l.stalled)
+			l.stalled = nil
+		}
 	}
 }
 
@@ -105,32 +137,35 @@ func (p *Proxy) serve(in net.Conn) {
 		in.Close()
 		return
 	}
-	severed, ok := p.track(in, out)
+	l, ok := p.track(in, out)
 	if !ok {
 		return
 	}
-	go func() {
-		p.copy(out, in, severed)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		p.copy(out, in, l)
 		out.Close()
-	}()
-	p.copy(in, out, severed)
+	})
+	p.copy(in, out, l)
 	in.Close()
+	wg.Wait()
+	p.mu.Lock()
+	delete(p.links, l)
+	p.mu.Unlock()
 }
 
-// copy forwards src to dst until either side closes, holding each chunk while the proxy is
-// stalled. It returns when severed closes during a stall, since nothing will be delivered.
-func (p *Proxy) copy(dst, src net.Conn, severed <-chan struct{}) {
+// copy forwards src to dst until either side closes, holding each chunk while the proxy or
+// the link is stalled. It returns when the link is severed during a stall, since nothing
+// will be delivered.
+func (p *Proxy) copy(dst, src net.Conn, l *link) {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			p.mu.Lock()
-			stalled := p.stalled
-			p.mu.Unlock()
-			if stalled != nil {
+			for stalled := p.gate(l); stalled != nil; stalled = p.gate(l) {
 				select {
 				case <-stalled:
-				case <-severed:
+				case <-l.severed:
 					return
 				}
 			}
@@ -144,9 +179,19 @@ func (p *Proxy) copy(dst, src net.Conn, severed <-chan struct{}) {
 	}
 }
 
-// track registers a connection pair and returns the channel the next Cut closes, or closes
-// both when the proxy was cut meanwhile.
-func (p *Proxy) track(in, out net.Conn) (<-chan struct{}, bool) {
+// gate is what l's traffic waits for, or nil when it may flow.
+func (p *Proxy) gate(l *link) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled != nil {
+		return p.stalled
+	}
+	return l.stalled
+}
+
+// track registers a connection pair as a link that the next Cut severs, or closes both when
+// the proxy was cut meanwhile.
+func (p *Proxy) track(in, out net.Conn) (*link, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cut {
@@ -156,5 +201,7 @@ func (p *Proxy) track(in, out net.Conn) (<-chan struct{}, bool) {
 	}
 	p.conns[in] = struct{}{}
 	p.conns[out] = struct{}{}
-	return p.severed, true
+	l := &link{severed: p.severed}
+	p.links[l] = struct{}{}
+	return l, true
 }
