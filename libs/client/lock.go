@@ -122,35 +122,60 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait ti
 	return c.newLock(res.GetLease(), o.ttl), nil
 }
 
-// Lock is a held lease. A watchdog renews it every third of the lease until Unlock; the first renewal that
-// fails ends the lease on the client's side at once: Lost closes, Context is canceled and Err
-// says why. It does not wait for the lease's last known expiry, because a lock it cannot
-// confirm must not guard any more work.
+// Lock is a held lease. A watchdog renews it every third of the lease until Unlock, and
+// closes Lost (cancels Context, sets Err) the moment it can no longer vouch for the lease:
+//
+//   - at once when the service answers that the lease is gone: failed_precondition (no longer
+//     held, expired), permission_denied (another owner holds it now), or invalid_argument,
+//     not_found or unauthenticated, which no retry can change;
+//   - otherwise, when no renewal has been confirmed by ExpiresAt() - SafetyMargin(). A failed
+//     or slow renewal is not a loss by itself: the watchdog tries again with jittered,
+//     doubling backoff, keeping a few tries in flight so that one hung connection cannot
+//     stall it, until a try confirms the lease or that deadline passes.
+//
+// So when the service cannot be reached, Lost closes no later than the last ExpiresAt minus
+// the margin, which is before the service could hand the lock to anyone else. The margin
+// (ttl/10, at least 50ms and at most 1s, and never more than a quarter of the ttl) leaves
+// room for the guarded work to notice Lost and stop, for timers that fire late on a busy
+// host, and for clock differences: ExpiresAt is on the service's clock and the watchdog reads
+// it on the local one, so the bound holds while the local clock is not behind the service's
+// by more than the margin (NTP keeps hosts within milliseconds). A local clock that is ahead
+// only makes Lost come earlier.
 type Lock struct {
-	c     *Client
-	lease *lockv1.Lease
-	ttl   time.Duration
+	c      *Client
+	lease  *lockv1.Lease
+	ttl    time.Duration
+	margin time.Duration
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	// dog ends the watchdog: canceled by Unlock, and with ctx by a loss.
+	dog     context.Context
+	stopDog context.CancelFunc
+	done    chan struct{}
 
 	mu        sync.Mutex
 	expiresAt time.Time
-	err       error
-	unlocked  bool
+	// expiry fires at expiresAt - margin unless a renewal moves that deadline first.
+	expiry   *time.Timer
+	lastErr  error // the last failed renewal since the last confirmed one
+	err      error
+	unlocked bool
 }
 
 func (c *Client) newLock(lease *lockv1.Lease, ttl time.Duration) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
+	dog, stopDog := context.WithCancel(ctx)
 	l := &Lock{
-		c: c, lease: lease, ttl: ttl,
-		ctx: ctx, cancel: cancel,
-		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		c: c, lease: lease, ttl: ttl, margin: safetyMargin(ttl),
+		ctx: ctx, cancel: cancel, lost: make(chan struct{}),
+		dog: dog, stopDog: stopDog, done: make(chan struct{}),
 		expiresAt: lease.GetExpiresAt().AsTime(),
 	}
+	l.mu.Lock() // the timer may fire at once; it must find itself set
+	l.expiry = time.AfterFunc(time.Until(l.deadlineLocked()), l.expire)
+	l.mu.Unlock()
 	go l.watchdog()
 	return l
 }
@@ -171,14 +196,20 @@ func (l *Lock) FencingToken() uint64 { return l.lease.GetFencingToken() }
 // HoldCount is the owner's hold count right after this acquisition.
 func (l *Lock) HoldCount() uint32 { return l.lease.GetHoldCount() }
 
-// ExpiresAt is when the lease ends unless the watchdog renews it again.
+// ExpiresAt is when the lease ends unless the watchdog renews it again, as the service last
+// reported it (on the service's clock). After a loss it is the last expiry confirmed.
 func (l *Lock) ExpiresAt() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.expiresAt
 }
 
-// Lost is closed the moment the lease is lost.
+// SafetyMargin is how long before ExpiresAt the watchdog gives up on a lease it cannot
+// confirm: ttl/10, at least 50ms and at most 1s, and never more than a quarter of the ttl.
+func (l *Lock) SafetyMargin() time.Duration { return l.margin }
+
+// Lost is closed the moment the lease is lost: the service said it is gone, or no renewal was
+// confirmed by ExpiresAt() - SafetyMargin().
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
 // Context is canceled when the lease is lost or the lock is unlocked; context.Cause tells
@@ -192,57 +223,8 @@ func (l *Lock) Err() error {
 	return l.err
 }
 
-func (l *Lock) watchdog() {
-	defer close(l.done)
-	t := time.NewTimer(l.renewInterval())
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
-		// A renewal must answer within one interval, or the lease is treated as lost.
-		interval := l.renewInterval()
-		ctx, cancel := context.WithTimeout(l.ctx, interval)
-		res, err := l.c.locks.Renew(ctx, &lockv1.RenewRequest{
-			Key: l.Key(), Backend: l.Backend(), Owner: l.Owner(), Ttl: durationpb.New(l.ttl),
-		})
-		cancel()
-		select {
-		case <-l.stop: // Unlock raced this renewal: not a loss.
-			return
-		default:
-		}
-		if err != nil {
-			l.lose(fmt.Errorf("%w: renew %q: %w", ErrLeaseLost, l.Key(), err))
-			return
-		}
-		l.mu.Lock()
-		l.expiresAt = res.GetLease().GetExpiresAt().AsTime()
-		l.mu.Unlock()
-		t.Reset(l.renewInterval())
-	}
-}
-
-// renewInterval is a third of the lease: of the ttl asked for, or of what the backend
-// granted when that is shorter (a Redlock validity, a ZooKeeper lease capped by its session
-// timeout), so at least two renewals fit before the lease could end.
-func (l *Lock) renewInterval() time.Duration {
-	return max(min(l.ttl, time.Until(l.ExpiresAt()))/3, 10*time.Millisecond)
-}
-
-func (l *Lock) lose(err error) {
-	l.mu.Lock()
-	if l.err == nil {
-		l.err = err
-	}
-	l.mu.Unlock()
-	l.cancel(err) // before closing lost: whoever sees Lost closed must find the cause set
-	close(l.lost)
-}
-
-// Unlock stops the watchdog and releases one hold. When the lease was already lost it still
+// Unlock stops the watchdog and releases one hold. A renewal in flight is abandoned and never
+// counts as a loss, whatever it answers. When the lease was already lost Unlock still
 // tries the release (a renewal that failed on the network may have left the lease in place,
 // and releasing frees it for others sooner) and returns the loss error. Calling it again is a
 // no-op returning nil.
@@ -252,10 +234,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	}
-	l.unlocked = true
+	l.unlocked = true // from here on nothing counts as a loss, not even a racing renewal
+	l.expiry.Stop()
 	l.mu.Unlock()
 
-	close(l.stop)
+	l.stopDog()
 	<-l.done
 	lost := l.Err()
 	l.cancel(ErrUnlocked)
