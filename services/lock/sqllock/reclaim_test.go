@@ -227,12 +227,15 @@ func TestConcurrentJanitors(t *testing.T) {
 				}
 			})
 		}
-		stop := time.Now().Add(3 * time.Second)
+		var (
+			acquires atomic.Int64
+			done     atomic.Bool
+		)
 		for w := range 6 {
 			b := bs[w%len(bs)]
 			wg.Go(func() {
 				owner := fmt.Sprint("w", w)
-				for i := 0; time.Now().Before(stop); i++ {
+				for i := 0; !done.Load(); i++ {
 					k := (w + i) % keys
 					key := fmt.Sprint("k", k)
 					att, err := b.TryAcquire(ctx, key, owner, time.Minute)
@@ -246,6 +249,7 @@ func TestConcurrentJanitors(t *testing.T) {
 					mu.Lock() // under the lock: the list is in holder order
 					tokens[k] = append(tokens[k], att.Lease.FencingToken)
 					mu.Unlock()
+					acquires.Add(1)
 					if _, err := b.Release(ctx, key, owner); err != nil {
 						report(fmt.Errorf("release: %w", err))
 						return
@@ -253,6 +257,12 @@ func TestConcurrentJanitors(t *testing.T) {
 				}
 			})
 		}
+		// Run for a few seconds, longer on a slow machine until the race was exercised.
+		start := time.Now()
+		for time.Since(start) < 3*time.Second || (acquires.Load() < 200 || deleted.Load() < 50) && time.Since(start) < 60*time.Second {
+			time.Sleep(50 * time.Millisecond)
+		}
+		done.Store(true)
 		wg.Wait()
 		cancel()
 		jwg.Wait()
@@ -269,7 +279,7 @@ func TestConcurrentJanitors(t *testing.T) {
 				}
 			}
 		}
-		if deleted.Load() < 10 || total < 50 {
+		if deleted.Load() < 50 || total < 200 {
 			t.Fatalf("%d rows reclaimed under %d acquires: the race was not exercised", deleted.Load(), total)
 		}
 		t.Logf("%d acquires, %d rows reclaimed under them", total, deleted.Load())
