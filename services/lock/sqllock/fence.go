@@ -23,7 +23,7 @@ func bucketOf(key string) int64 {
 }
 
 // errNoFloor means the scope's fence floors are missing: someone deleted them (DropScope)
-// under a running backend. Handing out floor + 1 from nothing could repeat a token.
+// under a running backend. Handing out a first token from nothing could repeat one.
 var errNoFloor = errors.New("sqllock: fence floor missing")
 
 // nextToken is the first fencing token of a new row of key: its bucket's floor + 1. The

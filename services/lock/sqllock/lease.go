@@ -77,7 +77,7 @@ func (b *Backend) retryable(ctx context.Context, err error) bool {
 func (b *Backend) placeholderMs() int64 { return max(b.o.keepFree, time.Second).Milliseconds() }
 
 // createRow inserts key's placeholder row unless the key has one. The insert runs on its own
-// (see "No deadlocks" in the package doc), so a deadlock victim holds nothing and is run
+// (see "Deadlocks" in the package doc), so a deadlock victim holds nothing and is run
 // again.
 func (b *Backend) createRow(ctx context.Context, key string) error {
 	for attempt := 1; ; attempt++ {

@@ -55,9 +55,9 @@ func (b *Backend) migrate(ctx context.Context) error {
 }
 
 // DropScope deletes every lock of scope, and its fence floors, from db. It is for a scope
-// that will never be used again, such as a test's: a backend on the scope afterwards would
-// hand out fencing tokens from 1 again, and one running meanwhile fails its next deletion or
-// first acquire of a key.
+// that will never be used again, such as a test's: a backend started on the scope afterwards
+// hands out fencing tokens from 1 again, and one running meanwhile fails the first acquire
+// of every key without a row.
 func DropScope(ctx context.Context, db *sql.DB, scope string) error {
 	for _, table := range []string{leasesTable, fencesTable} {
 		if _, err := db.ExecContext(ctx, "DELETE FROM "+table+" WHERE scope = ?", scope); err != nil {
