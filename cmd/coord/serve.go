@@ -110,7 +110,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	}
 
 	backends := map[string]lock.Backend{}
-	sq, err := sqllock.OpenSQLite(ctx, filepath.Join(cfg.dataDir, "locks.db"))
+	sq, err := sqllock.OpenSQLite(ctx, filepath.Join(cfg.dataDir, "locks.db"), sqllock.WithLogger(logger))
 	if err != nil {
 		return fail(err)
 	}
@@ -143,7 +143,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		backends["zookeeper"] = b
 	}
 	if cfg.mysqlDSN != "" {
-		b, err := sqllock.OpenMySQL(ctx, cfg.mysqlDSN, cfg.lockScope)
+		b, err := sqllock.OpenMySQL(ctx, cfg.mysqlDSN, cfg.lockScope, sqllock.WithLogger(logger))
 		if err != nil {
 			return fail(fmt.Errorf("--mysql-dsn: %w", err))
 		}
