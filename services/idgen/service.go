@@ -16,7 +16,6 @@ import (
 	"github.com/coordkit/coordkit/libs/server"
 	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
-	"github.com/coordkit/coordkit/services/idgen/redisincr"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
 )
@@ -228,8 +227,7 @@ func toConnect(ctx context.Context, err error, tag string) error {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("tag: %q does not exist; create it with CreateTag (coord id create-tag)", tag))
 	case errors.Is(err, segment.ErrExists):
 		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("tag: %q already exists", tag))
-	case errors.Is(err, snowflake.ErrLeaseLost), errors.Is(err, snowflake.ErrClockBackwards),
-		errors.Is(err, segment.ErrUnavailable), errors.Is(err, redisincr.ErrUnavailable):
+	case errors.Is(err, snowflake.ErrLeaseLost), errors.Is(err, snowflake.ErrClockBackwards):
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	return server.Error(ctx, err)

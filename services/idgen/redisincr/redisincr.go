@@ -9,17 +9,18 @@ package redisincr
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/services/idgen/block"
 )
 
 // ErrUnavailable means Redis could not be reached or did not answer.
-var ErrUnavailable = errors.New("redisincr: redis unavailable")
+// It wraps server.ErrUnavailable, which every service answers as unavailable.
+var ErrUnavailable = fmt.Errorf("redisincr: redis %w", server.ErrUnavailable)
 
 // DefaultBlock is the block size when Config.Block is 0.
 const DefaultBlock = 1000
@@ -76,10 +77,7 @@ func (r reserver) Reserve(ctx context.Context, tag string, want int64) (block.Re
 	size := max(want, r.block)
 	top, err := r.rdb.IncrBy(ctx, r.prefix+tag, size).Result()
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return block.Reservation{}, ctxErr
-		}
-		return block.Reservation{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return block.Reservation{}, server.Unavailable(ctx, ErrUnavailable, "redis", err)
 	}
 	return block.Reservation{Range: block.Range{Start: top - size + 1, End: top + 1}, MinStep: r.block}, nil
 }

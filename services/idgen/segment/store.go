@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/services/idgen/block"
 	"github.com/coordkit/coordkit/services/idgen/sqldb"
 )
@@ -26,7 +27,8 @@ var (
 	// ErrExists means CreateTag named a tag that exists.
 	ErrExists = errors.New("segment: tag already exists")
 	// ErrUnavailable means the database could not be reached or did not answer.
-	ErrUnavailable = errors.New("segment: database unavailable")
+	// It wraps server.ErrUnavailable, which every service answers as unavailable.
+	ErrUnavailable = fmt.Errorf("segment: database %w", server.ErrUnavailable)
 )
 
 // Tag is a tag's row.
@@ -157,13 +159,11 @@ func scanTag(row interface{ Scan(...any) error }) (Tag, error) {
 	return t, nil
 }
 
-// unavailable wraps a database error as ErrUnavailable, unless it is the context's own ending.
+// unavailable wraps a database error as ErrUnavailable through the one shared mapping
+// (server.Unavailable): when ctx ended, its cause is returned instead.
 func (s *Store) unavailable(ctx context.Context, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	if errors.Is(err, sql.ErrNoRows) {
+	if ctx.Err() == nil && errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("segment: %s: row vanished inside its transaction: %w", s.db.Dialect.Name, err)
 	}
-	return fmt.Errorf("%w: %s: %v", ErrUnavailable, s.db.Dialect.Name, err)
+	return server.Unavailable(ctx, ErrUnavailable, s.db.Dialect.Name, err)
 }
