@@ -39,6 +39,7 @@ type serveConfig struct {
 	logLevel       string
 	logFormat      string
 	compressMin    int
+	waitAttempts   int
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -51,6 +52,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL database (default \"default\")")
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
 	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the SQLite file, or MySQL with --mysql-dsn) or redis (needs --redis-addr)")
+	fs.IntVar(&c.waitAttempts, "lock-wait-attempts", lock.DefaultWaitAttempts, "per backend, how many backend attempts of blocked Acquires may run at once after their first; Release, Renew and first attempts never queue behind them")
 	fs.IntVar(&c.compressMin, "compress-min-bytes", 0, "gzip responses of at least this many bytes for clients that accept it; 0 never (best on a LAN)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
@@ -164,6 +166,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger, CompressMinBytes: cfg.compressMin})
 	svc, err := lock.NewService(lock.Config{
 		Backends: backends, Default: def, Registerer: srv.Registry(), Logger: logger,
+		WaitAttempts: cfg.waitAttempts,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("--default-backend: %w", err))
