@@ -157,7 +157,8 @@ type Lock struct {
 
 	mu        sync.Mutex
 	expiresAt time.Time
-	// expiry fires at expiresAt - margin unless a renewal moves that deadline first.
+	// expiry fires at the deadline, expiresAt - margin, and sets itself again for the later
+	// deadline when renewals have moved it meanwhile.
 	expiry   *time.Timer
 	lastErr  error // the last failed renewal since the last confirmed one
 	err      error
