@@ -22,12 +22,9 @@ const (
 	nodeBusy
 	// nodeTaken was free and now holds this attempt's pending take (fence 0).
 	nodeTaken
-	// nodeReentered held a confirmed lease of the owner and counted one more hold.
+	// nodeReentered held a lease of the owner (confirmed, or a pending take of another
+	// attempt) and counted one more hold on it.
 	nodeReentered
-	// nodePending holds another attempt's pending take of the same owner; nothing changed.
-	nodePending
-	// nodeAtLimit holds the owner's lease at the highest hold count; nothing changed.
-	nodeAtLimit
 )
 
 // firstRound is one node's answer to acquireScript.
@@ -37,9 +34,10 @@ type firstRound struct {
 	count   int64  // hold count after the script
 	fence   uint64 // the lock's token on the node; 0 when pending
 	pttl    time.Duration
-	holder  string // the owner holding it, when busy or pending
+	holder  string // the owner holding it, when busy
+	att     string // the identity of the lease this attempt counted a hold on
 	err     error  // why the node failed
-	joined  bool   // a second round made it a loose member of this attempt's lease
+	undone  bool   // what this attempt did here was given back
 }
 
 // attempt is one TryAcquire in progress.
@@ -52,24 +50,36 @@ type attempt struct {
 	timeout    time.Duration
 	start      time.Time
 	nodes      []firstRound
+	token      uint64 // the token this attempt stamped its takes with, once it did
 }
 
-// tally counts the first round's answers by status.
-type tally struct{ taken, reentered, pending, atLimit, busy, failed int }
+// tally counts the first round's answers. lease is the identity (att) of the newest
+// confirmed lease of the owner the nodes counted a hold on (the highest fence), token its
+// fence, and reentered the nodes that counted one on it, confirmed or still pending there;
+// holds counted on anything else of the owner's (an older lease's leftovers, a take that no
+// node confirmed yet) are in other.
+type tally struct {
+	lease                                 string
+	token                                 uint64
+	taken, reentered, other, busy, failed int
+}
 
 func (a *attempt) tally() tally {
 	var t tally
 	for _, n := range a.nodes {
-		switch n.status {
-		case nodeTaken:
+		if n.status == nodeReentered && n.fence > t.token {
+			t.token, t.lease = n.fence, n.att
+		}
+	}
+	for _, n := range a.nodes {
+		switch {
+		case n.status == nodeTaken:
 			t.taken++
-		case nodeReentered:
+		case n.status == nodeReentered && t.lease != "" && n.att == t.lease:
 			t.reentered++
-		case nodePending:
-			t.pending++
-		case nodeAtLimit:
-			t.atLimit++
-		case nodeBusy:
+		case n.status == nodeReentered:
+			t.other++
+		case n.status == nodeBusy:
 			t.busy++
 		default:
 			t.failed++
@@ -94,19 +104,16 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 	q := b.quorum()
 	switch {
 	case t.reentered >= q:
-		return a.reenter(ctx)
-	case t.atLimit > 0 && t.atLimit+t.reentered >= q:
-		a.undo(ctx, 0)
-		return lock.Attempt{}, fmt.Errorf("redlock: %w", lock.ErrHoldLimit)
+		return a.reenter(ctx, t)
 	case t.taken >= q:
 		return a.take(ctx)
 	}
-	a.undo(ctx, 0)
+	a.undo(ctx, nil)
 	answered := len(a.nodes) - t.failed
 	if answered < q {
 		return lock.Attempt{}, b.unavailable(ctx, "acquire", answered, a.failures())
 	}
-	mine := t.reentered + t.pending + t.atLimit
+	mine := t.reentered + t.other
 	if mine > 0 && mine < q && mine+t.failed >= q {
 		// The owner's lease may stand on nodes that did not answer: taking the lock anew
 		// would hand out a new token and reset the hold count under a live outer hold.
@@ -117,7 +124,7 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 	hs := holders{}
 	for _, n := range a.nodes {
 		switch n.status {
-		case nodeBusy, nodePending, nodeAtLimit:
+		case nodeBusy:
 			hs.add(n.holder, n.fence, n.count, n.pttl)
 		case nodeReentered:
 			hs.add(a.owner, n.fence, n.count-1, n.pttl)
@@ -129,11 +136,11 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 // firstRound runs acquireScript on every node.
 func (a *attempt) firstRound(ctx context.Context) {
 	replies := fanOut(ctx, a.b, a.timeout, nil, func(ctx context.Context, _ int, rdb redis.Scripter) (firstRound, error) {
-		vals, err := acquireScript.Run(ctx, rdb, a.keys, a.owner, a.ttl.Milliseconds(), a.id, lock.MaxHoldCount).Slice()
+		vals, err := acquireScript.Run(ctx, rdb, a.keys, a.owner, a.ttl.Milliseconds(), a.id).Slice()
 		if err != nil {
 			return firstRound{}, err
 		}
-		v, err := ints("acquire", vals, 6)
+		v, err := ints("acquire", vals, 7)
 		if err != nil {
 			return firstRound{}, err
 		}
@@ -142,15 +149,12 @@ func (a *attempt) firstRound(ctx context.Context) {
 			pttl: time.Duration(v[4]) * time.Millisecond,
 		}
 		n.holder, _ = vals[5].(string)
+		n.att, _ = vals[6].(string)
 		switch v[0] {
 		case 1:
 			n.status = nodeTaken
 		case 2:
 			n.status = nodeReentered
-		case 3:
-			n.status = nodePending
-		case 4:
-			n.status = nodeAtLimit
 		default:
 			n.status = nodeBusy
 		}
@@ -167,107 +171,107 @@ func (a *attempt) firstRound(ctx context.Context) {
 
 // take turns a majority of first-round takes into a new lease: it picks a token above every
 // counter seen and confirms it on a majority before anyone is told, so that any later
-// majority meets a node that knows it. A node that still carried an older lease of the owner
-// (which no majority holds any more) joins the new lease as a loose node.
+// majority meets a node that knows it. Holds counted on leftovers of an older lease of the
+// owner (which no majority holds any more) are given back.
 func (a *attempt) take(ctx context.Context) (lock.Attempt, error) {
 	var token uint64
 	for _, n := range a.nodes {
 		token = max(token, n.counter)
 	}
 	token++
-	ok, errs := a.secondRound(ctx, token, 1, func(n firstRound) bool { return n.status == nodeReentered })
-	if q := a.b.quorum(); ok < q {
-		a.undo(ctx, token)
-		return lock.Attempt{}, lock.Unavailable(ctx, engine, fmt.Errorf("acquire: token %d confirmed on %d of %d nodes, %d needed (%s)",
-			token, ok, len(a.nodes), q, joinNodeErrs(errs)))
+	a.token = token
+	a.undo(ctx, func(n firstRound) bool { return n.status == nodeReentered })
+	tok := strconv.FormatUint(token, 10)
+	replies := fanOut(ctx, a.b, a.timeout, func(i int) bool { return a.nodes[i].status == nodeTaken },
+		func(ctx context.Context, _ int, rdb redis.Scripter) (int64, error) {
+			return stampScript.Run(ctx, rdb, a.keys, a.owner, tok, a.id).Int64()
+		})
+	stamped := 0
+	for _, r := range replies {
+		if r.err == nil && r.val == 1 {
+			stamped++
+		}
 	}
-	return a.lease(ctx, token, 1, token)
+	q := a.b.quorum()
+	if stamped < q {
+		a.undo(ctx, nil)
+		return lock.Attempt{}, lock.Unavailable(ctx, engine, fmt.Errorf("acquire: token %d confirmed on %d of %d nodes, %d needed (%s)",
+			token, stamped, len(a.nodes), q, joinNodeErrs(failures(a.b, replies))))
+	}
+	// A node that did not answer the first round may hold a take of this attempt that is
+	// never stamped; it is not chased on success (a hung node would cost another timeout):
+	// it blocks that one node until its ttl, which the majority does without.
+	return a.lease(ctx, token, 1)
 }
 
-// reenter completes a re-entry: a majority held a confirmed lease of the owner and counted one
-// more hold, exactly, so the token and count are theirs and those nodes are left alone (their
-// counts may differ for a moment while other calls of the owner are in flight; rewriting them
-// would make that difference permanent). Nodes that had lost the lease or never confirmed it
-// join it as loose nodes, best effort: the majority already makes the lease.
-func (a *attempt) reenter(ctx context.Context) (lock.Attempt, error) {
-	var token uint64
+// reenter completes a re-entry: a majority counted one more hold on the owner's lease t.lease,
+// exactly, so its token and count are the answer. No node is rewritten: while other calls of
+// the same owner are in flight the nodes' counts differ for a moment, and copying one node's
+// count onto another would make that difference permanent (that is how concurrent re-entries
+// once freed a held lock). What this attempt did elsewhere (a take of a node that lost the
+// lease, a hold on an older lease's leftovers) is given back: the majority makes the lease.
+func (a *attempt) reenter(ctx context.Context, t tally) (lock.Attempt, error) {
 	var counts []int64
 	for _, n := range a.nodes {
-		if n.status == nodeReentered {
-			token = max(token, n.fence)
+		if n.status == nodeReentered && n.att == t.lease {
 			counts = append(counts, n.count)
 		}
 	}
+	a.undo(ctx, func(n firstRound) bool {
+		return n.status == nodeTaken || n.status == nodeReentered && n.att != t.lease
+	})
 	count := quorumValue(counts, a.b.quorum())
-	a.secondRound(ctx, token, count, func(n firstRound) bool {
-		return n.status == nodeTaken || n.status == nodePending || n.status == nodeReentered && n.fence != token
-	})
-	return a.lease(ctx, token, count, 0)
-}
-
-// secondRound confirms token on every node this attempt took (stampScript) and makes the
-// nodes join picks loose members of the lease starting at count (joinScript); it returns how
-// many nodes hold the lease with the token afterwards.
-func (a *attempt) secondRound(ctx context.Context, token uint64, count int64, join func(firstRound) bool) (int, []nodeErr) {
-	tok := strconv.FormatUint(token, 10)
-	replies := fanOut(ctx, a.b, a.timeout, func(i int) bool {
-		n := a.nodes[i]
-		return n.status == nodeTaken || join(n)
-	}, func(ctx context.Context, i int, rdb redis.Scripter) (int64, error) {
-		if join(a.nodes[i]) {
-			return joinScript.Run(ctx, rdb, a.keys, a.owner, tok, count).Int64()
-		}
-		return stampScript.Run(ctx, rdb, a.keys, a.owner, tok, a.id).Int64()
-	})
-	held := 0
-	for i, r := range replies {
-		switch {
-		case r.err == nil && r.val == 1:
-			held++
-			a.nodes[i].joined = join(a.nodes[i])
-		case a.nodes[i].status == nodeReentered && a.nodes[i].fence == token:
-			held++ // re-entered and left alone
-		}
+	if count > lock.MaxHoldCount {
+		// Decided on the majority's count, not per node, so that two racing re-entries at
+		// the limit cannot each be refused on a different node and leave counts uneven. Races
+		// at the limit can still let the count pass it by the re-entries in flight: the nodes
+		// count in 64 bits and answers are clamped, so nothing wraps.
+		a.undo(ctx, nil)
+		return lock.Attempt{}, fmt.Errorf("redlock: %w (%d)", lock.ErrHoldLimit, count-1)
 	}
-	return held, failures(a.b, replies)
+	return a.lease(ctx, t.token, count)
 }
 
 // lease returns the acquired lease with its validity, or gives back what the attempt did
-// when the rounds used up the ttl. created is the token when the attempt made a new lease
-// (its nodes are dropped then), 0 for a re-entry (the live lease's nodes stay).
-func (a *attempt) lease(ctx context.Context, token uint64, count int64, created uint64) (lock.Attempt, error) {
+// when the rounds used up the ttl.
+func (a *attempt) lease(ctx context.Context, token uint64, count int64) (lock.Attempt, error) {
 	v := validity(a.start, a.ttl)
 	if v <= 0 {
-		a.undo(ctx, created)
+		a.undo(ctx, nil)
 		return lock.Attempt{}, a.b.expired(ctx, "acquire", a.start, a.ttl)
 	}
 	return lock.Attempt{Acquired: true, Lease: lock.Lease{
 		Key: a.key, Owner: a.owner, FencingToken: token,
-		ExpiresAt: a.start.Add(a.ttl - Drift(a.ttl)), HoldCount: uint32(count),
+		ExpiresAt: a.start.Add(a.ttl - Drift(a.ttl)), HoldCount: holdCount(count),
 	}}, nil
 }
 
-// undo gives back what this attempt did, on every node where it may have done something: a
-// re-entered node loses the hold it gained; a taken node, one that joined, or one that did
-// not answer (it may have taken the lock and lost the reply) is deleted while it carries this
-// attempt's pending take or token, the new lease's token this attempt created (0 for none). Nodes holding another attempt's take, or
-// another owner's lease, are left alone. It runs even when ctx ended, since the request
-// ending is one of the reasons to undo. (A node that did not answer a re-entry may keep the
-// hold it counted: it lingers on a minority until the lease's purge or ttl.)
-func (a *attempt) undo(ctx context.Context, token uint64) {
+// undo gives back what this attempt did on the nodes pick selects (every node where it may
+// have done something when pick is nil), once per node: a pending take of this attempt is
+// deleted, and a hold it counted (a re-entry, or its own stamped take, on which the owner's
+// other calls may have re-entered since) is dropped as a release would, never deleting more
+// than that one hold. A node that did not answer may have taken the lock and lost the reply,
+// so it is asked too, but only a take of this attempt is deleted there: whether it counted a
+// re-entry is unknown, and a hold it cannot prove is left to the lease's ttl. It runs even
+// when ctx ended, since the request ending is one of the reasons to undo.
+func (a *attempt) undo(ctx context.Context, pick func(firstRound) bool) {
 	ctx = context.WithoutCancel(ctx)
-	tok := strconv.FormatUint(token, 10)
 	fanOut(ctx, a.b, a.timeout, func(i int) bool {
-		switch a.nodes[i].status {
-		case nodeTaken, nodeReentered, nodeFailed:
-			return true
+		n := a.nodes[i]
+		switch {
+		case n.undone:
+			return false
+		case pick != nil:
+			return pick(n)
 		}
-		return a.nodes[i].joined
+		return n.status == nodeTaken || n.status == nodeReentered || n.status == nodeFailed
 	}, func(ctx context.Context, i int, rdb redis.Scripter) (struct{}, error) {
-		if n := a.nodes[i]; n.status == nodeReentered && !n.joined {
-			return struct{}{}, releaseScript.Run(ctx, rdb, a.keys[:1], a.owner).Err()
+		lease := a.nodes[i].att // the lease this attempt counted a hold on here
+		if a.nodes[i].status != nodeReentered {
+			lease = a.id // its own take, which a lost reply may hide
 		}
-		return struct{}{}, dropScript.Run(ctx, rdb, a.keys[:1], a.owner, a.id, tok).Err()
+		a.nodes[i].undone = true
+		return struct{}{}, undoScript.Run(ctx, rdb, a.keys[:1], a.owner, lease).Err()
 	})
 }
 

@@ -79,7 +79,9 @@ func (c *cluster) seed(key string, holds []hold, counters []int64) {
 	for i, d := range c.direct {
 		if i < len(holds) && holds[i].owner != "" {
 			h := holds[i]
-			if err := d.HSet(ctx, keys[0], "owner", h.owner, "fence", h.fence, "count", h.count).Err(); err != nil {
+			// att is a lease's identity; leases seeded with one token are one lease.
+			att := "seed-" + strconv.FormatInt(h.fence, 10)
+			if err := d.HSet(ctx, keys[0], "owner", h.owner, "fence", h.fence, "count", h.count, "att", att).Err(); err != nil {
 				c.t.Fatal(err)
 			}
 			d.PExpire(ctx, keys[0], 10*time.Second)

@@ -10,43 +10,47 @@
 // timeout far below the ttl (Config.NodeTimeout, at most a tenth of the ttl), so a hung node
 // costs one short timeout and never blocks the others, and a stopped one costs nothing.
 //
-//   - Acquire, round one: each node takes the key if free ("pending": fence 0, tagged with the
-//     attempt's random id), re-enters a confirmed lease of the same owner (count + 1), or
-//     changes nothing: held by another owner, by a pending take of the same owner (another
-//     attempt still between its rounds), or by the owner at the hold limit. Each node reports
-//     its fencing counter. Round two, for a new holder only: the token is the highest counter
-//     any node reported plus one; it is written into this attempt's pending takes and the
-//     counter is raised to it, and the lock counts as acquired only when a majority confirm
-//     it. The lease's validity is ttl − elapsed − drift (drift = 1% of the ttl + 2 ms)
-//     measured from before round one; the lease returned expires at start + validity, and an
-//     acquire whose validity is not positive fails.
-//   - Re-entry needs a majority of nodes where the owner holds a confirmed lease; they counted
-//     the hold exactly, so their token and count (the count a majority reaches) are the
-//     answer, and they are never rewritten: while other calls of the same owner are in flight
-//     the nodes' counts differ for a moment, and rewriting one to another's value would make
-//     that difference permanent (that is how concurrent re-entries once freed a held lock).
-//     Nodes that lost the lease, hold a pending take, or an older lease of the owner, join the
-//     lease as "loose" nodes with the majority's count: a loose node never frees the lock by
-//     counting down, it goes with the lease's purge or its ttl. When fewer than a majority
-//     still know the owner, the old lease is gone and the acquire is a new one: new token,
-//     count 1.
+//   - Acquire, round one: each node takes the key if free ("pending": fence 0, its att field
+//     set to the attempt's random id, which stays the lease's identity), counts one more hold
+//     on any lease of the same owner there (confirmed, or pending: a call of the owner between
+//     another's two rounds counts on the lease being confirmed, so its counts include that
+//     call once stamped), or changes nothing when another owner holds it. A re-entry extends
+//     the node's expiry to the ttl when that is later and never shortens it, so a re-entry
+//     that fails cannot cut its lease short. Each node reports its fencing counter. Round two,
+//     for a new holder only: the token is the highest counter any node reported plus one; it
+//     is written into this attempt's pending takes and the counter is raised to it, and the
+//     lock counts as acquired only when a majority confirm it. The lease's validity is
+//     ttl − elapsed − drift (drift = 1% of the ttl + 2 ms) measured from before round one;
+//     the lease returned expires at start + validity, and an acquire whose validity is not
+//     positive fails and gives back what it did.
+//   - Re-entry needs a majority of nodes that counted the hold on the owner's newest
+//     confirmed lease (same att); their token and count (the count a majority reaches) are
+//     the answer. No node is ever rewritten with a count read elsewhere: counts change only
+//     by +1 and −1, which commute, so every node that saw the same calls ends at the same
+//     count however they interleaved (copying a count while calls are in flight made a
+//     passing difference permanent, which is how concurrent re-entries once freed a held
+//     lock). A node that lost the lease (restart, expiry) stays out of it; what the attempt
+//     did there is given back. When fewer than a majority still know the owner, the old
+//     lease is gone and the acquire is a new one: new token, count 1.
 //   - Renew and Release succeed only on a majority of the owner's nodes. Renew returns the
 //     validity as Acquire does, for the ttl a majority renewed for (its own ttl when asked
-//     with 0). A Release that frees the lock also deletes what is left of that lease (same
-//     owner and token) on every node, so no stray minority hold lingers.
+//     with 0). A node frees the key when its own count reaches 0.
 //   - Inspect is a majority view: held only when a majority of nodes agree on the same owner.
+//   - The hold limit (lock.MaxHoldCount) is decided on the majority's count, not per node;
+//     racing re-entries at the limit may pass it by those in flight, and counts are 64-bit on
+//     the nodes and clamped in answers, so nothing wraps.
 //
 // Hold counts are exact under any concurrency of one owner while the nodes answer. A node
-// that does not answer a re-entry or release may or may not have counted it; it keeps a count
-// off by one on a minority, which the majority's answers outvote.
+// that does not answer a re-entry may or may not have counted it; it keeps a count off by
+// one on a minority, which the majority's answers outvote.
 //
 // # Failed attempts and mixed outcomes
 //
-// Whenever an acquire does not end acquired, it undoes what it did on every node where it may
-// have done something, the ones that did not answer included, since a node may have taken
-// the lock and lost the reply: a re-entered node gets its hold back, and a node holding this
-// attempt's pending take (by attempt id) or the token it created is deleted. Another
-// attempt's pending take, and another owner's lease, are never touched. Then:
+// Whenever an acquire does not end acquired, it gives back exactly the holds it counted:
+// on every node it took or re-entered, and on the ones that did not answer (a node may have
+// taken the lock and lost the reply), it drops one hold of the lease it counted on, named by
+// that lease's att, deleting the node's hash at 0. It never deletes a node that counts other
+// calls' holds, and never touches another lease or another owner's lock. Then:
 //
 //   - fewer than a majority of nodes answered: it fails fast with lock.ErrUnavailable, and nobody
 //     holds the lock;
@@ -58,7 +62,7 @@
 //     off, and the service retries, as it does for any busy lock;
 //   - the owner's own earlier acquire is still between its two rounds: contended, holder
 //     itself; the retry re-enters once that acquire confirmed its token;
-//   - a majority holds the owner's lease at lock.MaxHoldCount: lock.ErrHoldLimit;
+//   - a majority's count would pass lock.MaxHoldCount: lock.ErrHoldLimit;
 //   - the second round, or the validity, failed: lock.ErrUnavailable.
 //
 // Renew and Release fail with lock.ErrUnavailable when the nodes that did not answer could have
@@ -66,6 +70,12 @@
 // as often as free nodes) or lock.ErrNotHeld. A failed Renew or Release is not undone: an
 // extended or decremented hold on a minority of nodes expires with its ttl and never forms a
 // majority on its own.
+//
+// Known limits: a Release names no lease, so a release of the owner's last hold that races a
+// re-acquire by the same owner across the moment the lock frees can take one hold off the new
+// lease on a node; and a lease living on exactly a majority (a node was down when it was
+// taken) loses exclusion if one more of its nodes drifts low or loses its data. The attacks
+// that show both are in attack_open_test.go (build tag redlock_attack).
 //
 // # Fencing tokens
 //

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,6 +11,10 @@ import (
 
 // Release implements lock.Backend: it drops one hold on every node and succeeds when a
 // majority of nodes held the lock for owner. The holds left are those a majority vouch for.
+// A node frees the key when its own count reaches 0; nothing deletes a node that still
+// counts holds, since while calls of the owner are in flight a count above the majority's
+// may be a hold that is about to be reported acquired. (A node left counting a hold whose
+// reply was lost holds a minority until its ttl.)
 func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
 	keys := b.keys(key)[:1]
 	replies := fanOut(ctx, b, b.timeout, nil, func(ctx context.Context, _ int, rdb redis.Scripter) ([]int64, error) {
@@ -25,7 +28,6 @@ func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error
 		return ints("release", vals, 2)
 	})
 	var left []int64
-	var token uint64
 	var notHeld, other int
 	for _, r := range replies {
 		switch {
@@ -36,29 +38,13 @@ func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error
 			other++
 		case len(r.val) == 2:
 			left = append(left, r.val[0])
-			token = max(token, uint64(r.val[1]))
 		}
 	}
 	errs := failures(b, replies)
 	if len(left) < b.quorum() {
 		return 0, b.refusal(ctx, "release", len(left), notHeld, other, errs)
 	}
-	remaining := quorumValue(left, b.quorum())
-	if remaining == 0 {
-		b.purge(ctx, keys, owner, token)
-	}
-	return uint32(remaining), nil
-}
-
-// purge deletes what is left of owner's lease with token on every node after a release the
-// majority says freed the lock: loose nodes, and nodes whose count had drifted above the
-// majority's after a lost reply, so that no minority hold lingers until its ttl. It matches
-// the token, so it never deletes a new lease or attempt of the same owner. Best effort.
-func (b *Backend) purge(ctx context.Context, keys []string, owner string, token uint64) {
-	tok := strconv.FormatUint(token, 10)
-	fanOut(context.WithoutCancel(ctx), b, b.timeout, nil, func(ctx context.Context, _ int, rdb redis.Scripter) (struct{}, error) {
-		return struct{}{}, dropScript.Run(ctx, rdb, keys, owner, "", tok).Err()
-	})
+	return holdCount(quorumValue(left, b.quorum())), nil
 }
 
 // Renew implements lock.Backend: it extends the lease on every node that holds it for owner
@@ -114,6 +100,6 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 	}
 	return lock.Lease{
 		Key: key, Owner: owner, FencingToken: token,
-		ExpiresAt: start.Add(granted - Drift(granted)), HoldCount: uint32(quorumValue(counts, q)),
+		ExpiresAt: start.Add(granted - Drift(granted)), HoldCount: holdCount(quorumValue(counts, q)),
 	}, nil
 }

@@ -152,7 +152,7 @@ func (h *holder) state(k int) lock.State {
 		HolderID:     lock.HolderID(h.owner),
 		FencingToken: h.fence,
 		ExpiresAt:    time.Now().Add(quorumValue(h.pttls, k)),
-		HoldCount:    uint32(quorumValue(h.counts, k)),
+		HoldCount:    holdCount(quorumValue(h.counts, k)),
 	}
 }
 
@@ -172,4 +172,10 @@ func ints(script string, vals []any, n int) ([]int64, error) {
 		out[i] = toInt(vals[i])
 	}
 	return out, nil
+}
+
+// holdCount reports a node count as a hold count, clamped to [0, lock.MaxHoldCount]: racing
+// re-entries at the limit can take a count past it for a moment, and it must not wrap.
+func holdCount(n int64) uint32 {
+	return uint32(min(max(n, 0), lock.MaxHoldCount))
 }
