@@ -132,7 +132,9 @@ func testTakeoverNotBeforeExpiry(t *testing.T, bc backendCase) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			key := fmt.Sprintf("race-%d", i)
-			first := must(acquire(ctx, a, key, "", ttl, 0))(t)
+			// A wait lets the service retry what a loaded machine makes unavailable
+			// (Redlock gives each node a tenth of the 100ms ttl); the key is free.
+			first := must(acquire(ctx, a, key, "", ttl, 5*time.Second))(t)
 			if !first.GetAcquired() {
 				t.Errorf("trial %d: first acquire of a free lock: %v", i, first)
 				return
