@@ -329,7 +329,9 @@ func testDistinctKeysConcurrently(t *testing.T, bc backendCase) {
 		c := []*client.Client{a, b}[i%2]
 		wg.Go(func() {
 			key := fmt.Sprintf("many:%d", i)
-			l, err := c.TryLock(ctx, key, client.WithTTL(10*time.Second))
+			// Free keys: acquired at once. The wait only lets the service retry what an
+			// overloaded machine makes unavailable (a Redlock node's answer past its timeout).
+			l, err := c.Lock(ctx, key, client.WithTTL(10*time.Second), client.WithWait(30*time.Second))
 			if err != nil {
 				errs <- fmt.Errorf("%s: %w", key, err)
 				return

@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -96,6 +97,12 @@ func raceExpiry(ctx context.Context, b *Backend, key string, ttl time.Duration, 
 	case renew:
 		time.Sleep(ttl / 4)
 		lease, err := b.Renew(ctx, key, "a", ttl)
+		if errors.Is(err, lock.ErrNotHeld) && !time.Now().Before(bound) {
+			// A loaded machine slept past the 100ms lease before renewing it: nothing to
+			// race, and not early (it answered after the promised expiry). Not held before
+			// the bound would be the bug this test hunts, and fails below.
+			return 0, nil
+		}
 		if err != nil {
 			return 0, fmt.Errorf("renew of %s: %v", key, err)
 		}
