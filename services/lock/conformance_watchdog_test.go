@@ -15,13 +15,15 @@ import (
 
 // testWatchdogKeepsLock holds a lock for five leases while another owner keeps trying, with
 // one slow moment in the middle: right after a renewal the holder's network holds all
-// traffic until 650ms into the lease, so the next renewal takes about 300ms to answer, longer
-// than a fixed per-try timeout of a renewal interval would allow (what failed CI on a loaded
-// host) but well inside the lease. The watchdog must ride it out and the rival never get in.
+// traffic until 75% into the lease, so the next renewal (due at a third) takes more than a
+// renewal interval to answer, longer than a fixed per-try timeout of one interval would allow
+// (what failed CI on a loaded host) but inside the lease. The watchdog must ride it out and
+// the rival never get in. The ttl is 3s so that Redlock's per-node timeout (a tenth of it)
+// survives an overloaded CI host; the slow moment scales with it.
 func testWatchdogKeepsLock(t *testing.T, bc backendCase) {
 	rig := newWatchdogRig(t, bc)
 	ctx := context.Background()
-	const ttl = time.Second
+	const ttl = 3 * time.Second
 	l := must(rig.holder.Lock(ctx, "dog", client.WithTTL(ttl)))(t)
 	stopRivals := watchRivals(t, rig.rival, "dog")
 	defer stopRivals()
@@ -29,10 +31,10 @@ func testWatchdogKeepsLock(t *testing.T, bc backendCase) {
 	renewed := awaitRenewal(t, l, 10*ttl)
 	renewedAt := renewed.Add(-ttl) // about when the service renewed, on its clock
 	rig.proxy.Stall()
-	time.Sleep(time.Until(renewedAt.Add(650 * time.Millisecond)))
+	time.Sleep(time.Until(renewedAt.Add(ttl * 3 / 4)))
 	rig.proxy.Resume()
 
-	deadline := time.Now().Add(5 * ttl)
+	deadline := time.Now().Add(3 * ttl)
 	for time.Now().Before(deadline) {
 		select {
 		case <-l.Lost():
@@ -73,7 +75,7 @@ func testLostWhenServiceUnreachable(t *testing.T, bc backendCase) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rig := newWatchdogRig(t, bc)
-			const ttl = time.Second
+			const ttl = 3 * time.Second // Redlock gives a node a tenth of it: enough on an overloaded CI host
 			l := must(rig.holder.Lock(context.Background(), "cut", client.WithTTL(ttl)))(t)
 			awaitRenewal(t, l, 10*ttl) // check the bound on a renewed lease, not only a fresh one
 			gauge := oversleepGauge()
