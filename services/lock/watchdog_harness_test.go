@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"connectrpc.com/connect"
 	"context"
 	"strings"
 	"sync"
@@ -77,6 +78,9 @@ func watchRivals(t *testing.T, c *client.Client, key string) (stop func()) {
 			res, err := acquire(ctx, c, key, "", time.Second, 0)
 			cancel()
 			switch {
+			case connect.CodeOf(err) == connect.CodeUnavailable:
+				// An overloaded host makes a Redlock node miss its timeout: the rival did not
+				// get the lock, which is all this watches for.
 			case err != nil:
 				t.Errorf("rival's try on %q: %v, want a plain refusal while the lock is held", key, err)
 				return
