@@ -19,7 +19,7 @@ import (
 
 const lockUsage = `usage:
   coord lock acquire KEY [--ttl 30s] [--wait 0s] [--owner SECRET] [flags]
-  coord lock release KEY --owner SECRET [flags]
+  coord lock release KEY --owner SECRET [--token N] [flags]
   coord lock renew   KEY --owner SECRET [--ttl 30s] [flags]
   coord lock inspect KEY [flags]
 
@@ -44,6 +44,7 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	backend := fs.String("backend", "", "lock backend; empty means the service's default")
 	owner := fs.String("owner", "", "owner secret (required for release and renew)")
 	ttl := fs.Duration("ttl", 30*time.Second, "lease length")
+	token := fs.Uint64("token", 0, "release: the lease's fencing token; the release then fails rather than drop a hold of a newer lease")
 	wait := fs.Duration("wait", 0, "acquire: how long to wait for a taken lock")
 	asJSON := fs.Bool("json", false, "print the response as JSON")
 	timeout := fs.Duration("timeout", 10*time.Second, "deadline for the call, on top of --wait")
@@ -69,7 +70,7 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			printAcquire(stdout, r)
 		}
 	case "release":
-		r, err := locks.Release(ctx, &lockv1.ReleaseRequest{Key: key, Backend: *backend, Owner: *owner})
+		r, err := locks.Release(ctx, &lockv1.ReleaseRequest{Key: key, Backend: *backend, Owner: *owner, FencingToken: *token})
 		if err != nil {
 			return err
 		}

@@ -243,7 +243,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	<-l.done
 	lost := l.Err()
 	l.cancel(ErrUnlocked)
-	_, err := l.c.locks.Release(ctx, &lockv1.ReleaseRequest{Key: l.Key(), Backend: l.Backend(), Owner: l.Owner()})
+	_, err := l.c.locks.Release(ctx, &lockv1.ReleaseRequest{Key: l.Key(), Backend: l.Backend(), Owner: l.Owner(), FencingToken: l.FencingToken()})
 	if lost != nil {
 		return lost
 	}

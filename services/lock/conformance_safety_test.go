@@ -207,3 +207,47 @@ func testRenewKeepsOwnTTL(t *testing.T, bc backendCase) {
 	_, err := b.Locks().Renew(ctx, &lockv1.RenewRequest{Key: "own", Owner: owner, Ttl: durationpb.New(time.Millisecond)})
 	wantCode(t, err, connect.CodeInvalidArgument)
 }
+
+// testReleaseScopedToLease attacks a release that arrives late: the owner's first lease is
+// released and the same owner takes the lock anew (a new token), then re-enters it. A release
+// naming the first lease's token, as a delayed or repeated one would, must fail with
+// failed_precondition and leave both holds of the new lease; only releases naming the new
+// token (or no token) drop them, and a rival gets the lock only after the last.
+func testReleaseScopedToLease(t *testing.T, bc backendCase) {
+	a, b := pair(t, bc)
+	ctx := context.Background()
+	const key, ttl = "scoped", 30 * time.Second
+	release := func(c *client.Client, owner string, token uint64) (*lockv1.ReleaseResponse, error) {
+		return c.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: owner, FencingToken: token})
+	}
+	first := must(acquire(ctx, a, key, "", ttl, 0))(t)
+	owner, old := first.GetLease().GetOwner(), first.GetLease().GetFencingToken()
+	if r := must(release(b, owner, old))(t); r.GetHoldCount() != 0 {
+		t.Fatalf("release of the only hold left %d holds", r.GetHoldCount())
+	}
+	second := must(acquire(ctx, b, key, owner, ttl, 0))(t)
+	must(acquire(ctx, a, key, owner, ttl, 0))(t) // re-entry: 2 holds
+	cur := second.GetLease().GetFencingToken()
+	if !second.GetAcquired() || cur <= old {
+		t.Fatalf("the owner's new lease = %v, want acquired with a token above %d", second, old)
+	}
+	for _, c := range []*client.Client{a, b, a} {
+		_, err := release(c, owner, old)
+		wantCode(t, err, connect.CodeFailedPrecondition)
+	}
+	if st := inspect(t, a, key); !st.GetHeld() || st.GetHoldCount() != 2 || st.GetFencingToken() != cur {
+		t.Fatalf("after releases of the earlier lease: %v, want the new lease (token %d) with 2 holds", st, cur)
+	}
+	if r := must(release(a, owner, cur))(t); r.GetHoldCount() != 1 {
+		t.Fatalf("release with the lease's token left %d holds, want 1", r.GetHoldCount())
+	}
+	if res := must(acquire(ctx, b, key, "", ttl, 0))(t); res.GetAcquired() {
+		t.Fatalf("a rival took the lock while a hold was left: %v", res)
+	}
+	if r := must(release(b, owner, 0))(t); r.GetHoldCount() != 0 {
+		t.Fatalf("the last release (no token) left %d holds", r.GetHoldCount())
+	}
+	if res := must(acquire(ctx, b, key, "", ttl, 0))(t); !res.GetAcquired() || res.GetLease().GetFencingToken() <= cur {
+		t.Fatalf("after the last release a rival's acquire = %v, want a token above %d", res, cur)
+	}
+}

@@ -39,6 +39,7 @@ var behaviours = []struct {
 	{"SameOwnerConcurrentReentry", testSameOwnerConcurrentReentry},
 	{"TakeoverNotBeforeExpiry", testTakeoverNotBeforeExpiry},
 	{"RenewKeepsOwnTTL", testRenewKeepsOwnTTL},
+	{"ReleaseScopedToLease", testReleaseScopedToLease},
 }
 
 func TestConformance(t *testing.T) {

@@ -185,7 +185,7 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
-	remaining, err := b.Release(ctx, req.GetKey(), req.GetOwner())
+	remaining, err := b.Release(ctx, req.GetKey(), req.GetOwner(), req.GetFencingToken())
 	if err != nil {
 		err = toConnect(ctx, err)
 		s.metrics.releases.WithLabelValues(name, failure(err)).Inc()

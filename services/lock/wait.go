@@ -182,7 +182,7 @@ func (s *Service) acquireFair(ctx context.Context, name string, fb FairBackend, 
 func (s *Service) dropLostHolds(ctx context.Context, name string, b Backend, key, owner string, att Attempt) Attempt {
 	extra := att.Lease.HoldCount - 1
 	for att.Lease.HoldCount > 1 {
-		remaining, err := b.Release(ctx, key, owner)
+		remaining, err := b.Release(ctx, key, owner, att.Lease.FencingToken)
 		if err != nil {
 			s.log.WarnContext(ctx, "lock: could not drop the hold of an attempt whose answer was lost",
 				"backend", name, "key", key, "holds", att.Lease.HoldCount, "error", err)

@@ -70,8 +70,8 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 }
 
 // Release implements lock.Backend.
-func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
-	n, err := releaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner).Int64()
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, error) {
+	n, err := releaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, token).Int64()
 	if err != nil {
 		return 0, lock.Unavailable(ctx, "redis", err)
 	}

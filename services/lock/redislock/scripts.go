@@ -32,12 +32,14 @@ end
 return {0, tonumber(v[3]), tonumber(v[2]), redis.call('PTTL', KEYS[1]), v[1]}
 `)
 
-// releaseScript drops one hold: ARGV[1] owner. Returns holds left, -1 when not held, -2 for
-// another owner. The last hold deletes the hash.
+// releaseScript drops one hold: ARGV[1] owner, ARGV[2] the lease's fencing token or 0 for
+// any. Returns holds left, -1 when not held (or held with another token), -2 for another
+// owner. The last hold deletes the hash.
 var releaseScript = redis.NewScript(`
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if owner == false then return -1 end
-if owner ~= ARGV[1] then return -2 end
+local v = redis.call('HMGET', KEYS[1], 'owner', 'fence')
+if v[1] == false then return -1 end
+if v[1] ~= ARGV[1] then return -2 end
+if ARGV[2] ~= '0' and v[2] ~= ARGV[2] then return -1 end
 local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
 if count <= 0 then
   redis.call('DEL', KEYS[1])

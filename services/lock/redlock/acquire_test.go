@@ -202,7 +202,7 @@ func TestFencingAcrossMajorities(t *testing.T) {
 	if a.Lease.FencingToken <= 100 {
 		t.Fatalf("first token %d, want above node 0's counter 100", a.Lease.FencingToken)
 	}
-	if _, err := first.Release(context.Background(), "k", "first"); err != nil {
+	if _, err := first.Release(context.Background(), "k", "first", 0); err != nil {
 		t.Fatalf("release: %v", err)
 	}
 
@@ -259,7 +259,7 @@ func TestValidity(t *testing.T) {
 				if !errors.Is(err, lock.ErrUnavailable) && !errors.Is(err, lock.ErrNotHeld) {
 					t.Fatalf("Renew: %v", err)
 				}
-				b.Release(context.Background(), key, "me") //nolint:errcheck // start over either way
+				b.Release(context.Background(), key, "me", 0) //nolint:errcheck // start over either way
 			}
 			if acqErr != nil || err != nil {
 				t.Fatalf("no acquire and renew succeeded in 30s: %v, %v", acqErr, err)

@@ -48,18 +48,18 @@ func TestAttackExpiredTakeUndoDropsReentry(t *testing.T) {
 	var yAtt lock.Attempt
 	var yErr error
 	var once sync.Once
-	var start time.Time
 	x := c.hooked(func(script string, node int, run func() *redis.Cmd) *redis.Cmd {
 		if script == "stamp" && node == 2 {
 			once.Do(func() {
 				c.waitConfirmed(key, 0, 1)
 				yAtt, yErr = y.TryAcquire(context.Background(), key, me, time.Minute)
-				time.Sleep(time.Until(start.Add(xTTL + 20*time.Millisecond)))
+				// From here, not from the test's start: X's own clock started later, by
+				// however long a loaded host took to get it going.
+				time.Sleep(xTTL + 20*time.Millisecond)
 			})
 		}
 		return run()
 	})
-	start = time.Now()
 	xAtt, xErr := x.TryAcquire(context.Background(), key, me, xTTL)
 	t.Logf("X = %+v, %v; Y = %+v, %v", xAtt, xErr, yAtt, yErr)
 	if xErr == nil && xAtt.Acquired {
@@ -137,7 +137,7 @@ func TestAttackLooseJoinRaceThenMinorityDown(t *testing.T) {
 	b := c.open()
 	c.down(0)
 	for want := holds - 1; want >= 1; want-- {
-		left, err := b.Release(context.Background(), key, me)
+		left, err := b.Release(context.Background(), key, me, 0)
 		if err != nil || int(left) != want {
 			t.Errorf("Release with node 0 down = %d, %v; want %d holds left (nodes: %v)", left, err, want, c.rawHashes(key))
 		}
@@ -202,7 +202,7 @@ func TestAttackLoosePurgedUnderConcurrentReentry(t *testing.T) {
 			holds := tt.build(t, c, key, me)
 			plain := c.hooked(nil)
 			for want := holds - 1; want >= 1; want-- {
-				if left, err := plain.Release(context.Background(), key, me); err != nil || int(left) != want {
+				if left, err := plain.Release(context.Background(), key, me, 0); err != nil || int(left) != want {
 					t.Fatalf("setup: Release = %d, %v; want %d (nodes: %v)", left, err, want, c.rawHashes(key))
 				}
 			}
@@ -221,7 +221,7 @@ func TestAttackLoosePurgedUnderConcurrentReentry(t *testing.T) {
 			var wg sync.WaitGroup
 			var left uint32
 			var rErr error
-			wg.Go(func() { left, rErr = r.Release(context.Background(), key, me) })
+			wg.Go(func() { left, rErr = r.Release(context.Background(), key, me, 0) })
 			zAtt, zErr := z.TryAcquire(context.Background(), key, me, time.Minute)
 			wg.Wait()
 			t.Logf("R = %d, %v; Z = %+v, %v; nodes %v", left, rErr, zAtt, zErr, c.rawHashes(key))
@@ -290,7 +290,7 @@ func TestAttackHoldLimitRace(t *testing.T) {
 		t.Fatalf("both re-entries from MaxHoldCount-1 succeeded: %d holds, past the limit", holds)
 	}
 	plain := c.hooked(nil)
-	if left, err := plain.Release(context.Background(), key, me); err != nil || int64(left) != holds-1 {
+	if left, err := plain.Release(context.Background(), key, me, 0); err != nil || int64(left) != holds-1 {
 		t.Fatalf("Release = %d, %v; want %d left", left, err, holds-1)
 	}
 	holds--
@@ -363,8 +363,8 @@ func TestAttackConcurrentReleasesLeaveLooseNode(t *testing.T) {
 	rb := c.hooked(ordered(g, "Rb", map[string][]string{"release/0": {step("Ra", "release", 0)}}))
 	var la, lb uint32
 	var ea, eb error
-	wg.Go(func() { la, ea = ra.Release(context.Background(), key, me) })
-	wg.Go(func() { lb, eb = rb.Release(context.Background(), key, me) })
+	wg.Go(func() { la, ea = ra.Release(context.Background(), key, me, zAtt.Lease.FencingToken) })
+	wg.Go(func() { lb, eb = rb.Release(context.Background(), key, me, zAtt.Lease.FencingToken) })
 	wg.Wait()
 	t.Logf("Ra = %d, %v; Rb = %d, %v; nodes %v", la, ea, lb, eb, c.rawHashes(key))
 	if ea != nil || eb != nil {
@@ -394,10 +394,16 @@ func releaseMeetsAcquire(t *testing.T, c *cluster, key, me string, freed int) (u
 	}
 	r := c.hooked(ordered(g, "R", rAfter))
 	z := c.hooked(ordered(g, "Z", map[string][]string{"acquire/" + strconv.Itoa(freed): {step("R", "release", freed)}}))
+	// R names the lease it releases, as the SDK does: without a token a release cannot tell
+	// the owner's leases apart, and where Z's new lease is already stamped it would drop Z's hold.
+	st, err := c.hooked(nil).Inspect(context.Background(), key)
+	if err != nil || !st.Held {
+		t.Fatalf("setup: Inspect = %+v, %v; want the owner's lease", st, err)
+	}
 	var wg sync.WaitGroup
 	var left uint32
 	var rErr error
-	wg.Go(func() { left, rErr = r.Release(context.Background(), key, me) })
+	wg.Go(func() { left, rErr = r.Release(context.Background(), key, me, st.FencingToken) })
 	zAtt, zErr := z.TryAcquire(context.Background(), key, me, time.Minute)
 	wg.Wait()
 	if rErr != nil || zErr != nil {
@@ -411,4 +417,33 @@ func releaseMeetsAcquire(t *testing.T, c *cluster, key, me string, freed int) (u
 	}
 	t.Logf("R left %d, Z count %d; nodes %v", left, zAtt.Lease.HoldCount, c.rawHashes(key))
 	return left, zAtt
+}
+
+// TestAttackLooseMajorityOutlivesLastRelease: no fault anywhere. The owner holds 1; twice a
+// release meets an acquire of the owner (see releaseMeetsAcquire), first freeing node 2, then
+// node 1, so that both join the lease as loose nodes, each counting one hold too many. The
+// owner still holds exactly 1 hold. Every release names its lease's token, as the SDK's do.
+// Its release is the last: the lock must be free after it,
+// for a rival to take, and nothing may be left on the nodes.
+func TestAttackLooseMajorityOutlivesLastRelease(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	const key, me = "k", "me"
+	plain := c.hooked(nil)
+	if att, err := plain.TryAcquire(context.Background(), key, me, time.Minute); err != nil || !att.Acquired {
+		t.Fatalf("setup: acquire = %+v, %v", att, err)
+	}
+	releaseMeetsAcquire(t, c, key, me, 2)
+	_, z := releaseMeetsAcquire(t, c, key, me, 1)
+	left, err := plain.Release(context.Background(), key, me, z.Lease.FencingToken)
+	t.Logf("last release = %d, %v; nodes %v", left, err, c.rawHashes(key))
+	if err != nil || left != 0 {
+		t.Errorf("the last release = %d, %v; want 0 holds left", left, err)
+	}
+	if st, err := plain.Inspect(context.Background(), key); err != nil || st.Held {
+		t.Errorf("after every hold was released, Inspect = %+v, %v; want free", st, err)
+	}
+	if att, err := plain.TryAcquire(context.Background(), key, "rival", time.Minute); err != nil || !att.Acquired {
+		t.Errorf("after every hold was released, a rival's TryAcquire = %+v, %v; want acquired", att, err)
+	}
 }

@@ -1,5 +1,14 @@
 //go:build redlock_attack
 
+// Attacks on Redlock that still find holes, kept out of the default test run so CI stays
+// meaningful: run them with
+//
+//	go test -tags redlock_attack -race -run Attack ./services/lock/redlock/
+//
+// Known open (see the README's Redlock section): a lease that lives on exactly a majority
+// (a node was down when it was taken) loses exclusion to one more node's drift or data loss
+// under faults.
+
 package redlock
 
 import (
@@ -125,7 +134,7 @@ func runStorm(t *testing.T, c *cluster, key string, sc stormConfig) *journal {
 		j.mu.Lock()
 		cl.released, cl.relStart = true, time.Now()
 		j.mu.Unlock()
-		left, err := b.Release(context.Background(), key, who)
+		left, err := b.Release(context.Background(), key, who, 0)
 		j.mu.Lock()
 		cl.relEnd, cl.left, cl.relErr, cl.relDone = time.Now(), left, err, true
 		j.mu.Unlock()
@@ -640,7 +649,7 @@ func TestAttackStormAtHoldLimit(t *testing.T) {
 				mu.Lock()
 				holds[i].to = time.Now()
 				mu.Unlock()
-				if _, err := b.Release(context.Background(), key, owner); err != nil {
+				if _, err := b.Release(context.Background(), key, owner, 0); err != nil {
 					mu.Lock()
 					otherErrs++
 					mu.Unlock()

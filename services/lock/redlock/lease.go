@@ -15,10 +15,10 @@ import (
 // counts holds, since while calls of the owner are in flight a count above the majority's
 // may be a hold that is about to be reported acquired. (A node left counting a hold whose
 // reply was lost holds a minority until its ttl.)
-func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, error) {
 	keys := b.keys(key)[:1]
 	replies := fanOut(ctx, b, b.timeout, nil, func(ctx context.Context, _ int, rdb redis.Scripter) ([]int64, error) {
-		vals, err := releaseScript.Run(ctx, rdb, keys, owner).Slice()
+		vals, err := releaseScript.Run(ctx, rdb, keys, owner, token).Slice()
 		if err != nil {
 			return nil, err
 		}

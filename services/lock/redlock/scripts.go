@@ -76,14 +76,15 @@ end
 return 1
 `)
 
-// releaseScript drops one hold on one node: ARGV[1] owner. Returns {holds left, fence}; {-1}
-// when the node holds no confirmed lease, {-2} for another owner. The last hold deletes the
-// hash.
+// releaseScript drops one hold on one node: ARGV[1] owner, ARGV[2] the lease's fencing token
+// or 0 for any. Returns {holds left, fence}; {-1} when the node holds no confirmed lease (or
+// one with another token), {-2} for another owner. The last hold deletes the hash.
 var releaseScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'owner', 'fence')
 if v[1] == false then return {-1} end
 if v[1] ~= ARGV[1] then return {-2} end
 if v[2] == '0' then return {-1} end
+if ARGV[2] ~= '0' and v[2] ~= ARGV[2] then return {-1} end
 local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
 if count <= 0 then
   redis.call('DEL', KEYS[1])

@@ -246,11 +246,14 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 }
 
 // Release implements lock.Backend.
-func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, error) {
 	var remaining uint32
 	err := b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) {
 		if err := ownedBy(r, owner); err != nil {
 			return nil, err
+		}
+		if token != 0 && r.token != token {
+			return nil, lock.ErrNotHeld
 		}
 		remaining = r.holds - 1
 		if remaining == 0 {

@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/coordkit/coordkit/services/lock"
@@ -10,12 +11,15 @@ import (
 // Release implements lock.Backend. The last hold deletes the node (the next waiter's watch
 // fires) and then the key's parent if the line is empty; an earlier hold only counts down.
 // Every step is versioned: a lease that changed meanwhile is read again.
-func (b *Backend) Release(ctx context.Context, key, owner string) (uint32, error) {
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, error) {
 	parent := b.parentPath(key)
 	for step := range maxSteps {
 		e, err := b.ownLease(ctx, parent, owner, step == 0)
 		if err != nil {
 			return 0, err
+		}
+		if token != 0 && e.token() != token {
+			return 0, fmt.Errorf("zklock: release: lease with token %d: %w", token, lock.ErrNotHeld)
 		}
 		if e.data.Holds > 1 {
 			d := e.data

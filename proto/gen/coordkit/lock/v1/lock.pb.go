@@ -374,7 +374,13 @@ type ReleaseRequest struct {
 	// The backend; empty means the default.
 	Backend string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
 	// The owner secret returned by Acquire.
-	Owner         string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The fencing token of the lease to release, as Acquire returned it; 0 (unset) means the
+	// owner's lease, whatever its token. With a token the release drops a hold only of that
+	// very lease: a delayed or repeated release of an earlier lease fails with
+	// failed_precondition instead of dropping a hold of the owner's newer lease. The SDK always
+	// sends it.
+	FencingToken  uint64 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -428,6 +434,13 @@ func (x *ReleaseRequest) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *ReleaseRequest) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
 }
 
 // ReleaseResponse reports what is left.
@@ -739,11 +752,12 @@ const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.coordkit.lock.v1.LeaseR\x05lease\x123\n" +
-	"\x06holder\x18\x03 \x01(\v2\x1b.coordkit.lock.v1.LockStateR\x06holder\"R\n" +
+	"\x06holder\x18\x03 \x01(\v2\x1b.coordkit.lock.v1.LockStateR\x06holder\"w\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x14\n" +
-	"\x05owner\x18\x03 \x01(\tR\x05owner\"L\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12#\n" +
+	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\"L\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\x12\x1d\n" +
 	"\n" +
