@@ -237,13 +237,17 @@ func testFencingIncreases(t *testing.T, bc backendCase) {
 	var last uint64
 	for i := range 6 {
 		c := []*client.Client{a, b}[i%2]
-		l := must(c.TryLock(ctx, "fence", client.WithTTL(time.Second)))(t)
+		// The key is free: the wait only lets a loaded host's Redlock node timeouts (a tenth
+		// of the ttl) be retried rather than fail the row.
+		l := must(c.Lock(ctx, "fence", client.WithTTL(time.Second), client.WithWait(10*time.Second)))(t)
 		if l.FencingToken() <= last {
 			t.Fatalf("holder %d got token %d, not above %d", i, l.FencingToken(), last)
 		}
 		last = l.FencingToken()
 		// Re-entry keeps the token.
-		re := must(c.TryLock(ctx, "fence", client.WithOwner(l.Owner()), client.WithTTL(time.Second)))(t)
+		// A try, not a wait: a retried re-entry whose first answer was lost would hold twice.
+		// A 3s ttl gives Redlock's nodes 300ms each, enough on a loaded host.
+		re := must(c.TryLock(ctx, "fence", client.WithOwner(l.Owner()), client.WithTTL(3*time.Second)))(t)
 		if re.FencingToken() != last {
 			t.Fatalf("re-entry token %d, want %d", re.FencingToken(), last)
 		}
