@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/libs/config"
+	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
@@ -40,6 +41,8 @@ type serveConfig struct {
 	logFormat      string
 	compressMin    int
 	waitAttempts   int
+	natsURL        string
+	natsListen     string
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -53,6 +56,8 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
 	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the SQLite file, or MySQL with --mysql-dsn) or redis (needs --redis-addr)")
 	fs.IntVar(&c.waitAttempts, "lock-wait-attempts", lock.DefaultWaitAttempts, "per backend, how many backend attempts of blocked Acquires may run at once after their first; Release, Renew and first attempts never queue behind them")
+	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server URL (or a cluster's, comma-separated) for lock events and push wake-up; empty runs an embedded NATS server in-process")
+	fs.StringVar(&c.natsListen, "nats-listen", "", "host:port on which the embedded NATS server also accepts outside subscribers; empty accepts none")
 	fs.IntVar(&c.compressMin, "compress-min-bytes", 0, "gzip responses of at least this many bytes for clients that accept it; 0 never (best on a LAN)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
@@ -111,6 +116,16 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		return nil, nil, err
 	}
 
+	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger, CompressMinBytes: cfg.compressMin})
+	bus, err := event.Open(ctx, event.Config{URL: cfg.natsURL, Listen: cfg.natsListen, Logger: logger, Registerer: srv.Registry()})
+	if err != nil {
+		return fail(fmt.Errorf("--nats-url/--nats-listen: %w", err))
+	}
+	closers = append(closers, bus.Close) // closed last: the services publish until they close
+	if u := bus.ClientURL(); u != "" {
+		logger.Info("embedded NATS accepts subscribers", "url", u)
+	}
+
 	backends := map[string]lock.Backend{}
 	sq, err := sqllock.OpenSQLite(ctx, filepath.Join(cfg.dataDir, "locks.db"), sqllock.WithLogger(logger))
 	if err != nil {
@@ -163,10 +178,9 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		}
 	}
 
-	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger, CompressMinBytes: cfg.compressMin})
 	svc, err := lock.NewService(lock.Config{
 		Backends: backends, Default: def, Registerer: srv.Registry(), Logger: logger,
-		WaitAttempts: cfg.waitAttempts,
+		WaitAttempts: cfg.waitAttempts, Events: bus,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("--default-backend: %w", err))

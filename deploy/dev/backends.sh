@@ -10,6 +10,7 @@ set -euo pipefail
 REDIS_PORT=${COORDKIT_DEV_REDIS_PORT:-6379}
 REDLOCK_PORTS=${COORDKIT_DEV_REDLOCK_PORTS:-"6380 6381 6382"}
 ZK_PORT=${COORDKIT_DEV_ZK_PORT:-2181}
+NATS_PORT=${COORDKIT_DEV_NATS_PORT:-4222}
 ZK_DIR=${COORDKIT_DEV_ZK_DIR:-/var/lib/coordkit/zookeeper}
 MYSQL_DATABASE=${COORDKIT_DEV_MYSQL_DATABASE:-coordkit}
 
@@ -102,6 +103,23 @@ CFG
   wait_for zookeeper zk_ok
 }
 
+nats_ok() {
+  local reply
+  reply=$( (exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT" && timeout 2 head -c 4 <&3) 2>/dev/null) || return 1
+  [ "$reply" = INFO ]
+}
+
+# nats_up: the shared NATS the event tests use (fault tests start private nats-server
+# processes, so the binary must be there even when something else serves the port).
+nats_up() {
+  command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || apt_install nats-server
+  if nats_ok; then return 0; fi
+  log "starting nats on 127.0.0.1:$NATS_PORT"
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p "$NATS_PORT" -l /var/log/nats-server-coordkit.log
+  wait_for nats nats_ok
+}
+
 status_line() {
   if "${@:2}"; then printf '%-22s up\n' "$1"; else printf '%-22s DOWN\n' "$1"; return 1; fi
 }
@@ -112,6 +130,7 @@ case "${1:-}" in
     for port in $REDLOCK_PORTS; do redis_up "$port"; done
     mysql_up
     zk_up
+    nats_up
     log "all backends answer"
     ;;
   status)
@@ -122,6 +141,7 @@ case "${1:-}" in
     done
     status_line "mariadb 127.0.0.1:3306" mysql_ok || rc=1
     status_line "zookeeper 127.0.0.1:$ZK_PORT" zk_ok || rc=1
+    status_line "nats 127.0.0.1:$NATS_PORT" nats_ok || rc=1
     exit $rc
     ;;
   *)

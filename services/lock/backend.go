@@ -83,8 +83,9 @@ type Backend interface {
 	// free. A non-zero token scopes it to the lease with that fencing token: when the owner's
 	// lease has another token (the one meant was released or expired, and the owner took the
 	// lock anew) it fails with ErrNotHeld and changes nothing, so a delayed or repeated
-	// release never drops a hold of a newer lease. It fails with ErrNotHeld or ErrNotOwner.
-	Release(ctx context.Context, key, owner string, token uint64) (remaining uint32, err error)
+	// release never drops a hold of a newer lease. It returns the holds left and the fencing
+	// token of the lease it dropped one from. It fails with ErrNotHeld or ErrNotOwner.
+	Release(ctx context.Context, key, owner string, token uint64) (remaining uint32, leaseToken uint64, err error)
 	// Renew extends owner's lease to now + ttl. A ttl of 0 means the lease's own ttl: the one
 	// the acquire or renew that last set a ttl asked for. A non-zero ttl becomes the lease's
 	// own. It fails with ErrNotHeld or ErrNotOwner.

@@ -40,6 +40,8 @@ var behaviours = []struct {
 	{"TakeoverNotBeforeExpiry", testTakeoverNotBeforeExpiry},
 	{"RenewKeepsOwnTTL", testRenewKeepsOwnTTL},
 	{"ReleaseScopedToLease", testReleaseScopedToLease},
+	{"Events", testEvents},
+	{"NoLostWakeup", testNoLostWakeup},
 }
 
 func TestConformance(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
@@ -66,11 +67,20 @@ type instance struct {
 }
 
 // startInstance serves a lock service on b through the real server bootstrap on a loopback
-// port, as `coord serve` does, and stops it when the test ends.
+// port, as `coord serve` does, and stops it when the test ends. It has no events: its
+// waiters poll.
 func startInstance(t *testing.T, name string, b lock.Backend) *instance {
+	return startInstanceWith(t, name, b, nil)
+}
+
+// startInstanceWith is startInstance with events on bus. The periodic re-check is off, so a
+// lost wake-up shows as a wait until the holder's expiry.
+func startInstanceWith(t *testing.T, name string, b lock.Backend, bus *event.Bus) *instance {
 	t.Helper()
 	srv := server.New(server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	svc, err := lock.NewService(lock.Config{Backends: map[string]lock.Backend{name: b}, Registerer: srv.Registry()})
+	svc, err := lock.NewService(lock.Config{
+		Backends: map[string]lock.Backend{name: b}, Registerer: srv.Registry(), Events: bus, Recheck: -1,
+	})
 	if err != nil {
 		t.Fatalf("NewService: %v", err)
 	}
@@ -89,12 +99,36 @@ func grpcClient(url string) *client.Client {
 }
 
 // pair starts two service instances on one store of bc and returns a client of each: the
-// first speaks the Connect protocol over HTTP/1.1, the second gRPC over h2c.
+// first speaks the Connect protocol over HTTP/1.1, the second gRPC over h2c. They share
+// events as two `coord serve` processes would: the first runs the embedded NATS server with
+// --nats-listen, the second connects to it with --nats-url.
 func pair(t *testing.T, bc backendCase) (*client.Client, *client.Client) {
 	open := bc.store(t)
-	a := startInstance(t, bc.name, open(t))
-	b := startInstance(t, bc.name, open(t))
+	busA, busB := busPair(t)
+	a := startInstanceWith(t, bc.name, open(t), busA)
+	b := startInstanceWith(t, bc.name, open(t), busB)
 	return a.client, grpcClient(b.url)
+}
+
+// busPair returns the event buses of two instances: the first runs an embedded NATS server
+// on a free loopback port, the second is connected to it.
+func busPair(t *testing.T) (*event.Bus, *event.Bus) {
+	t.Helper()
+	a := openBus(t, event.Config{Listen: "127.0.0.1:0"})
+	return a, openBus(t, event.Config{URL: a.ClientURL()})
+}
+
+func openBus(t *testing.T, cfg event.Config) *event.Bus {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	b, err := event.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("event.Open: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 // wantCode fails unless err carries the Connect code want.

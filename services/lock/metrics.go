@@ -14,6 +14,10 @@ type metrics struct {
 	retries      *prometheus.CounterVec
 	waitAttempts *prometheus.GaugeVec
 	releases     *prometheus.CounterVec
+	// waiterAttempts and wakeups show what a release costs: attempts of woken waiters per
+	// freed lock.
+	waiterAttempts *prometheus.CounterVec
+	wakeups        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,9 +48,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "coordkit_lock_release_total",
 			Help: "Release calls by backend and result: released, freed (last hold), canceled or error.",
 		}, []string{"backend", "result"}),
+		waiterAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordkit_lock_waiter_attempts_total",
+			Help: "Backend attempts of waiting Acquire calls after their first. Divided by coordkit_lock_release_total{result=\"freed\"} " +
+				"it is what a release costs in attempts: about one per instance with waiters while events flow.",
+		}, []string{"backend"}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordkit_lock_wakeups_total",
+			Help: "Waiters woken to try again, by cause: event (a release or expiry on NATS), local (a release by this instance), " +
+				"expiry (the holder's lease ran out), recheck (the periodic check of the first waiter).",
+		}, []string{"backend", "cause"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.acquires, m.contention, m.waited, m.retries, m.waitAttempts, m.releases)
+		reg.MustRegister(m.acquires, m.contention, m.waited, m.retries, m.waitAttempts, m.releases, m.waiterAttempts, m.wakeups)
 	}
 	return m
 }

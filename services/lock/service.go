@@ -12,6 +12,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/coordkit/coordkit/libs/event"
+	"github.com/coordkit/coordkit/libs/event/subject"
 	"github.com/coordkit/coordkit/libs/server"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
@@ -24,8 +26,14 @@ type Config struct {
 	// Default names the backend used when a request leaves backend empty; it may be empty
 	// when only one backend is configured.
 	Default string
-	// Waker paces blocked acquires; default BackoffWaker{}.
-	Waker Waker
+	// Events publishes lock events and pushes waiters awake when a lock they wait for is
+	// released or expires; nil means no events, and waiters poll with backoff.
+	Events *event.Bus
+	// Recheck is how often the first waiter in an instance's line for a key checks the
+	// lock without an event, so a lost event delays it by this much at most; default
+	// DefaultRecheck, negative never (a lost event then delays it until the holder's
+	// lease ends).
+	Recheck time.Duration
 	// WaitAttempts caps, per backend, the backend attempts that blocked Acquires make at
 	// once after their first; default DefaultWaitAttempts. Waiters queue for these slots
 	// while Release, Renew, Inspect and every first attempt go straight to the backend, so
@@ -41,7 +49,11 @@ type Config struct {
 type Service struct {
 	backends map[string]Backend
 	def      string
-	waker    Waker
+	bus      *event.Bus
+	recheck  time.Duration
+	waiters  *waiters
+	push     *pushState
+	unsubs   []func() error
 	slots    map[string]slots // per backend, see Config.WaitAttempts
 	metrics  *metrics
 	log      *slog.Logger
@@ -63,9 +75,12 @@ func NewService(cfg Config) (*Service, error) {
 	if _, ok := cfg.Backends[def]; !ok {
 		return nil, fmt.Errorf("lock: default backend %q is not configured (configured: %s)", def, names(cfg.Backends))
 	}
-	s := &Service{backends: cfg.Backends, def: def, waker: cfg.Waker, metrics: newMetrics(cfg.Registerer), log: cfg.Logger}
-	if s.waker == nil {
-		s.waker = BackoffWaker{}
+	s := &Service{
+		backends: cfg.Backends, def: def, bus: cfg.Events, recheck: cfg.Recheck,
+		waiters: newWaiters(), push: newPushState(), metrics: newMetrics(cfg.Registerer), log: cfg.Logger,
+	}
+	if s.recheck == 0 {
+		s.recheck = DefaultRecheck
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -78,11 +93,16 @@ func NewService(cfg Config) (*Service, error) {
 	for name := range cfg.Backends {
 		s.slots[name] = make(slots, n)
 	}
+	if err := s.startEvents(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
-// Close closes every backend.
+// Close stops the service's event subscriptions and closes every backend (not the event
+// bus, which the process shares).
 func (s *Service) Close() error {
+	s.stopEvents()
 	var errs []error
 	for _, b := range s.backends {
 		errs = append(errs, b.Close())
@@ -158,8 +178,12 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 		s.metrics.acquires.WithLabelValues(name, failure(err)).Inc()
 		return nil, err
 	}
+	newLease := att.Acquired && (fresh || att.Lease.HoldCount == 1)
 	if fresh && att.Acquired && att.Lease.HoldCount > 1 {
 		att = s.dropLostHolds(ctx, name, b, p.key, p.owner, att)
+	}
+	if newLease {
+		s.leaseTaken(name, att.Lease)
 	}
 	if !att.Acquired {
 		s.metrics.acquires.WithLabelValues(name, "busy").Inc()
@@ -185,7 +209,7 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
-	remaining, err := b.Release(ctx, req.GetKey(), req.GetOwner(), req.GetFencingToken())
+	remaining, token, err := b.Release(ctx, req.GetKey(), req.GetOwner(), req.GetFencingToken())
 	if err != nil {
 		err = toConnect(ctx, err)
 		s.metrics.releases.WithLabelValues(name, failure(err)).Inc()
@@ -194,6 +218,7 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	result := "released"
 	if remaining == 0 {
 		result = "freed"
+		s.leaseEnded(subject.Released, name, req.GetKey(), token, HolderID(req.GetOwner()))
 	}
 	s.metrics.releases.WithLabelValues(name, result).Inc()
 	return &lockv1.ReleaseResponse{Released: true, HoldCount: remaining}, nil

@@ -7,38 +7,24 @@ import (
 	"time"
 )
 
-// Waker decides when a blocked Acquire tries again. The service calls Wait after every attempt
-// that found the lock taken; it returns when another attempt is worth making.
-//
-// BackoffWaker polls; an event-driven Waker (woken by release events) plugs in here without
-// touching the backends or the handler.
-type Waker interface {
-	// Wait blocks until the lock (backend, key) may be free, until deadline, or until ctx
-	// ends (returning context.Cause(ctx)). attempt counts the failed attempts so far, from 1. deadline
-	// is never later than the holder's expiry, so a missed wake-up only delays a waiter.
-	Wait(ctx context.Context, backend, key string, attempt int, deadline time.Time) error
+// backoff is capped exponential backoff with full jitter: how waiters poll while no event
+// can wake them (no NATS, or NATS down), and how they pace retries after a backend failure.
+type backoff struct {
+	// base is the first delay's upper bound.
+	base time.Duration
+	// max caps every delay.
+	max time.Duration
 }
 
-// BackoffWaker retries with capped exponential backoff and full jitter.
-type BackoffWaker struct {
-	// Base is the first delay's upper bound; default 2ms.
-	Base time.Duration
-	// Max caps every delay; default 100ms.
-	Max time.Duration
-}
+// pollBackoff paces waiters while events cannot wake them.
+var pollBackoff = backoff{base: 2 * time.Millisecond, max: 100 * time.Millisecond}
 
-// Wait implements Waker.
-func (w BackoffWaker) Wait(ctx context.Context, _, _ string, attempt int, deadline time.Time) error {
-	base, maxDelay := w.Base, w.Max
-	if base <= 0 {
-		base = 2 * time.Millisecond
-	}
-	if maxDelay <= 0 {
-		maxDelay = 100 * time.Millisecond
-	}
-	ceiling := maxDelay
+// wait sleeps the attempt-th delay, never past deadline, or until ctx ends (returning its
+// cause).
+func (b backoff) wait(ctx context.Context, attempt int, deadline time.Time) error {
+	ceiling := b.max
 	if shift := attempt - 1; shift < 16 {
-		ceiling = min(base<<shift, maxDelay)
+		ceiling = min(b.base<<shift, b.max)
 	}
 	delay := ceiling/2 + rand.N(ceiling/2+1)
 	if untilDeadline := time.Until(deadline); untilDeadline < delay {
@@ -65,10 +51,11 @@ const DefaultWaitAttempts = 4
 
 // retryBackoff paces a waiter's retries after the backend failed: slower than the contention
 // backoff, since a backend that just failed (often because it is overloaded) needs air.
-var retryBackoff = BackoffWaker{Base: 10 * time.Millisecond, Max: time.Second}
+var retryBackoff = backoff{base: 10 * time.Millisecond, max: time.Second}
 
 // acquire tries until the lock is taken or the wait, capped by the request deadline, is over.
-// While waiting, a backend failure (ErrUnavailable) is retried, not returned: a waiter asked
+// A waiter joins the instance's line for the key before its first attempt, so a release
+// that follows the answer "taken" is not missed (see await). While waiting, a backend failure (ErrUnavailable) is retried, not returned: a waiter asked
 // to wait, and a slow moment of the backend, often caused by the waiters themselves, must
 // not end a wait of an hour; only when the wait ends is the last failure returned. Every
 // attempt after the first takes one of the backend's slots (Config.WaitAttempts).
@@ -85,6 +72,12 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owne
 			s.metrics.contention.WithLabelValues(name).Inc()
 		}
 		return att, err
+	}
+	var w *waiter
+	var got Lease // what w took, for the next in line
+	if wait > 0 {
+		w = s.waiters.join(name, key)
+		defer func() { s.waiters.leave(w, got.FencingToken != 0, got.ExpiresAt) }()
 	}
 	var (
 		last     Attempt // the last answer, returned when the wait ends without a failure
@@ -106,6 +99,7 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owne
 		case errors.Is(err, errWaitOver):
 			return done(last, lastErr, attempt)
 		case err == nil && att.Acquired:
+			got = att.Lease
 			return done(att, nil, attempt)
 		case err == nil:
 			s.metrics.contention.WithLabelValues(name).Inc()
@@ -121,13 +115,9 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owne
 			return done(last, lastErr, attempt)
 		}
 		if lastErr != nil {
-			err = retryBackoff.Wait(ctx, name, key, failures, until)
+			err = retryBackoff.wait(ctx, failures, until)
 		} else {
-			next := until
-			if h := last.Holder.ExpiresAt; h.After(time.Now()) && h.Before(next) {
-				next = h
-			}
-			err = s.waker.Wait(ctx, name, key, attempt, next)
+			err = s.await(ctx, w, last.Holder, attempt, until)
 		}
 		if err != nil {
 			return done(Attempt{}, err, attempt)
@@ -149,6 +139,7 @@ func (s *Service) try(ctx context.Context, name string, b Backend, key, owner st
 		return Attempt{}, err
 	}
 	defer sl.put()
+	s.metrics.waiterAttempts.WithLabelValues(name).Inc()
 	inFlight := s.metrics.waitAttempts.WithLabelValues(name)
 	inFlight.Inc()
 	defer inFlight.Dec()
@@ -165,7 +156,7 @@ func (s *Service) acquireFair(ctx context.Context, name string, fb FairBackend, 
 			return att, err
 		}
 		s.metrics.retries.WithLabelValues(name).Inc()
-		if werr := retryBackoff.Wait(ctx, name, key, failures, until); werr != nil {
+		if werr := retryBackoff.wait(ctx, failures, until); werr != nil {
 			return Attempt{}, werr
 		}
 		if !time.Now().Before(until) {
@@ -182,7 +173,7 @@ func (s *Service) acquireFair(ctx context.Context, name string, fb FairBackend, 
 func (s *Service) dropLostHolds(ctx context.Context, name string, b Backend, key, owner string, att Attempt) Attempt {
 	extra := att.Lease.HoldCount - 1
 	for att.Lease.HoldCount > 1 {
-		remaining, err := b.Release(ctx, key, owner, att.Lease.FencingToken)
+		remaining, _, err := b.Release(ctx, key, owner, att.Lease.FencingToken)
 		if err != nil {
 			s.log.WarnContext(ctx, "lock: could not drop the hold of an attempt whose answer was lost",
 				"backend", name, "key", key, "holds", att.Lease.HoldCount, "error", err)
@@ -218,3 +209,84 @@ func (sl slots) take(ctx context.Context, until time.Time) error {
 }
 
 func (sl slots) put() { <-sl }
+
+// await blocks a waiter whose last attempt found the lock held by holder until another
+// attempt is worth making, until until, or until ctx ends (returning its cause).
+//
+// With events (NATS up) it waits for a push: the head of the line is woken by the release
+// or expiry event of the lease, the others wait their turn, so a release costs one attempt
+// per instance. No event is needed for a lease that runs out: every waiter arms a timer at
+// the holder's expiry; the head then tries, anyone else wakes the head (once per lease).
+// The head also re-checks every Config.Recheck, so an event lost on its way (NATS delivers at
+// most once) delays it by that much at most. Without events every waiter polls with backoff,
+// never past the holder's expiry.
+func (s *Service) await(ctx context.Context, w *waiter, holder State, attempt int, until time.Time) error {
+	next := until
+	if h := holder.ExpiresAt; holder.Held && h.Before(next) {
+		next = h
+	}
+	changed := s.push.next()
+	if s.bus == nil || !s.bus.Connected() {
+		return pollBackoff.wait(ctx, attempt, next)
+	}
+	end := time.NewTimer(time.Until(until))
+	defer end.Stop()
+	var expiry <-chan time.Time
+	var expiryTimer *time.Timer
+	arm := func(at time.Time) {
+		if expiryTimer != nil {
+			expiryTimer.Stop()
+		}
+		expiryTimer = time.NewTimer(max(time.Until(at), 0))
+		expiry = expiryTimer.C
+	}
+	defer func() {
+		if expiryTimer != nil {
+			expiryTimer.Stop()
+		}
+	}()
+	if next.Before(until) {
+		// A holder whose reported expiry has passed while the backend still keeps it (its
+		// clock is a little behind ours) is tried again after a short pause, not in a spin.
+		if soon := time.Now().Add(pollBackoff.base); next.Before(soon) {
+			next = soon
+		}
+		arm(next)
+	}
+	var recheck <-chan time.Time
+	if s.recheck > 0 {
+		t := time.NewTicker(s.recheck)
+		defer t.Stop()
+		recheck = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-w.wake:
+			return nil
+		case <-end.C:
+			return nil
+		case <-changed: // NATS went down or came back: poll, or re-check and wait anew
+			return nil
+		case at := <-w.hint: // w became the head behind a holder it has not seen
+			if at.Before(until) {
+				arm(at)
+			}
+		case <-expiry:
+			expiry = nil
+			if s.waiters.isHead(w) {
+				s.metrics.wakeups.WithLabelValues(w.key.backend, "expiry").Inc()
+				return nil
+			}
+			if s.waiters.wakeHead(w.key.backend, w.key.key, holder.FencingToken) {
+				s.metrics.wakeups.WithLabelValues(w.key.backend, "expiry").Inc()
+			}
+		case <-recheck:
+			if s.waiters.isHead(w) {
+				s.metrics.wakeups.WithLabelValues(w.key.backend, "recheck").Inc()
+				return nil
+			}
+		}
+	}
+}

@@ -38,7 +38,7 @@ func TestZooKeeperStorageBounded(t *testing.T) {
 		if att, err := b.TryAcquire(ctx, key, "o", time.Minute); err != nil || !att.Acquired {
 			t.Fatalf("acquire %s = (%+v, %v)", key, att, err)
 		}
-		if _, err := b.Release(ctx, key, "o", 0); err != nil {
+		if _, _, err := b.Release(ctx, key, "o", 0); err != nil {
 			t.Fatalf("release %s: %v", key, err)
 		}
 	}
@@ -51,7 +51,7 @@ func TestZooKeeperStorageBounded(t *testing.T) {
 			t.Fatalf("acquire %s = (%+v, %v)", key, att, err)
 		}
 	}
-	if _, err := b.Release(ctx, "order:reused", "o", 0); err != nil {
+	if _, _, err := b.Release(ctx, "order:reused", "o", 0); err != nil {
 		t.Fatalf("release order:reused: %v", err)
 	}
 	doomed.Close()

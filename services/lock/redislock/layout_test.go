@@ -63,7 +63,7 @@ func TestClusterHostileKeys(t *testing.T) {
 		if st, err := b.Inspect(ctx, key); err != nil || !st.Held {
 			t.Fatalf("Inspect(%q) = %+v, %v", key, st, err)
 		}
-		if left, err := b.Release(ctx, key, "owner", 0); err != nil || left != 0 {
+		if left, _, err := b.Release(ctx, key, "owner", 0); err != nil || left != 0 {
 			t.Fatalf("Release(%q) = %d, %v", key, left, err)
 		}
 	}
@@ -83,7 +83,7 @@ func TestStorageBoundedByLiveLocks(t *testing.T) {
 	if err != nil || !first.Acquired {
 		t.Fatalf("TryAcquire: %+v, %v", first, err)
 	}
-	if _, err := b.Release(ctx, "order:reused", "a", 0); err != nil {
+	if _, _, err := b.Release(ctx, "order:reused", "a", 0); err != nil {
 		t.Fatal(err)
 	}
 
@@ -98,7 +98,7 @@ func TestStorageBoundedByLiveLocks(t *testing.T) {
 					errs <- fmt.Errorf("TryAcquire(%s) = %+v, %v", key, att, err)
 					return
 				}
-				if _, err := b.Release(ctx, key, "o", 0); err != nil {
+				if _, _, err := b.Release(ctx, key, "o", 0); err != nil {
 					errs <- fmt.Errorf("Release(%s): %v", key, err)
 					return
 				}
@@ -161,7 +161,7 @@ func TestHoldLimit(t *testing.T) {
 	if ttl, _ := rdb.HGet(ctx, hash, "ttl").Int64(); ttl != time.Minute.Milliseconds() {
 		t.Fatalf("lease ttl after the refused re-entry = %dms, want it untouched", ttl)
 	}
-	left, err := b.Release(ctx, "deep", "o", 0)
+	left, _, err := b.Release(ctx, "deep", "o", 0)
 	if err != nil || left != lock.MaxHoldCount-1 {
 		t.Fatalf("Release = %d, %v; want %d", left, err, uint32(lock.MaxHoldCount-1))
 	}

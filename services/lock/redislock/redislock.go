@@ -70,15 +70,18 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 }
 
 // Release implements lock.Backend.
-func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, error) {
-	n, err := releaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, token).Int64()
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, uint64, error) {
+	res, err := releaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, token).Int64Slice()
 	if err != nil {
-		return 0, lock.Unavailable(ctx, "redis", err)
+		return 0, 0, lock.Unavailable(ctx, "redis", err)
 	}
-	if err := statusErr(n); err != nil {
-		return 0, err
+	if err := statusErr(res[0]); err != nil {
+		return 0, 0, err
 	}
-	return uint32(n), nil
+	if len(res) != 2 {
+		return 0, 0, lock.Unavailable(ctx, "redis", fmt.Errorf("release script returned %v", res))
+	}
+	return uint32(res[0]), uint64(res[1]), nil
 }
 
 // Renew implements lock.Backend.

@@ -33,19 +33,19 @@ return {0, tonumber(v[3]), tonumber(v[2]), redis.call('PTTL', KEYS[1]), v[1]}
 `)
 
 // releaseScript drops one hold: ARGV[1] owner, ARGV[2] the lease's fencing token or 0 for
-// any. Returns holds left, -1 when not held (or held with another token), -2 for another
-// owner. The last hold deletes the hash.
+// any. Returns {holds left, the lease's fence}; {-1} when not held (or held with another
+// token), {-2} for another owner. The last hold deletes the hash.
 var releaseScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'owner', 'fence')
-if v[1] == false then return -1 end
-if v[1] ~= ARGV[1] then return -2 end
-if ARGV[2] ~= '0' and v[2] ~= ARGV[2] then return -1 end
+if v[1] == false then return {-1} end
+if v[1] ~= ARGV[1] then return {-2} end
+if ARGV[2] ~= '0' and v[2] ~= ARGV[2] then return {-1} end
 local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
 if count <= 0 then
   redis.call('DEL', KEYS[1])
-  return 0
+  count = 0
 end
-return count
+return {count, tonumber(v[2])}
 `)
 
 // renewScript extends the owner's lease: ARGV[1] owner, ARGV[2] ttl in ms, or 0 for the

@@ -202,7 +202,7 @@ func TestFencingAcrossMajorities(t *testing.T) {
 	if a.Lease.FencingToken <= 100 {
 		t.Fatalf("first token %d, want above node 0's counter 100", a.Lease.FencingToken)
 	}
-	if _, err := first.Release(context.Background(), "k", "first", 0); err != nil {
+	if _, _, err := first.Release(context.Background(), "k", "first", 0); err != nil {
 		t.Fatalf("release: %v", err)
 	}
 

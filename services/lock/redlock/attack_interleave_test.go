@@ -137,7 +137,7 @@ func TestAttackLooseJoinRaceThenMinorityDown(t *testing.T) {
 	b := c.open()
 	c.down(0)
 	for want := holds - 1; want >= 1; want-- {
-		left, err := b.Release(context.Background(), key, me, 0)
+		left, _, err := b.Release(context.Background(), key, me, 0)
 		if err != nil || int(left) != want {
 			t.Errorf("Release with node 0 down = %d, %v; want %d holds left (nodes: %v)", left, err, want, c.rawHashes(key))
 		}
@@ -202,7 +202,7 @@ func TestAttackLoosePurgedUnderConcurrentReentry(t *testing.T) {
 			holds := tt.build(t, c, key, me)
 			plain := c.hooked(nil)
 			for want := holds - 1; want >= 1; want-- {
-				if left, err := plain.Release(context.Background(), key, me, 0); err != nil || int(left) != want {
+				if left, _, err := plain.Release(context.Background(), key, me, 0); err != nil || int(left) != want {
 					t.Fatalf("setup: Release = %d, %v; want %d (nodes: %v)", left, err, want, c.rawHashes(key))
 				}
 			}
@@ -221,7 +221,7 @@ func TestAttackLoosePurgedUnderConcurrentReentry(t *testing.T) {
 			var wg sync.WaitGroup
 			var left uint32
 			var rErr error
-			wg.Go(func() { left, rErr = r.Release(context.Background(), key, me, 0) })
+			wg.Go(func() { left, _, rErr = r.Release(context.Background(), key, me, 0) })
 			zAtt, zErr := z.TryAcquire(context.Background(), key, me, time.Minute)
 			wg.Wait()
 			t.Logf("R = %d, %v; Z = %+v, %v; nodes %v", left, rErr, zAtt, zErr, c.rawHashes(key))
@@ -290,7 +290,7 @@ func TestAttackHoldLimitRace(t *testing.T) {
 		t.Fatalf("both re-entries from MaxHoldCount-1 succeeded: %d holds, past the limit", holds)
 	}
 	plain := c.hooked(nil)
-	if left, err := plain.Release(context.Background(), key, me, 0); err != nil || int64(left) != holds-1 {
+	if left, _, err := plain.Release(context.Background(), key, me, 0); err != nil || int64(left) != holds-1 {
 		t.Fatalf("Release = %d, %v; want %d left", left, err, holds-1)
 	}
 	holds--
@@ -363,8 +363,8 @@ func TestAttackConcurrentReleasesLeaveLooseNode(t *testing.T) {
 	rb := c.hooked(ordered(g, "Rb", map[string][]string{"release/0": {step("Ra", "release", 0)}}))
 	var la, lb uint32
 	var ea, eb error
-	wg.Go(func() { la, ea = ra.Release(context.Background(), key, me, zAtt.Lease.FencingToken) })
-	wg.Go(func() { lb, eb = rb.Release(context.Background(), key, me, zAtt.Lease.FencingToken) })
+	wg.Go(func() { la, _, ea = ra.Release(context.Background(), key, me, zAtt.Lease.FencingToken) })
+	wg.Go(func() { lb, _, eb = rb.Release(context.Background(), key, me, zAtt.Lease.FencingToken) })
 	wg.Wait()
 	t.Logf("Ra = %d, %v; Rb = %d, %v; nodes %v", la, ea, lb, eb, c.rawHashes(key))
 	if ea != nil || eb != nil {
@@ -403,7 +403,7 @@ func releaseMeetsAcquire(t *testing.T, c *cluster, key, me string, freed int) (u
 	var wg sync.WaitGroup
 	var left uint32
 	var rErr error
-	wg.Go(func() { left, rErr = r.Release(context.Background(), key, me, st.FencingToken) })
+	wg.Go(func() { left, _, rErr = r.Release(context.Background(), key, me, st.FencingToken) })
 	zAtt, zErr := z.TryAcquire(context.Background(), key, me, time.Minute)
 	wg.Wait()
 	if rErr != nil || zErr != nil {
@@ -435,7 +435,7 @@ func TestAttackLooseMajorityOutlivesLastRelease(t *testing.T) {
 	}
 	releaseMeetsAcquire(t, c, key, me, 2)
 	_, z := releaseMeetsAcquire(t, c, key, me, 1)
-	left, err := plain.Release(context.Background(), key, me, z.Lease.FencingToken)
+	left, _, err := plain.Release(context.Background(), key, me, z.Lease.FencingToken)
 	t.Logf("last release = %d, %v; nodes %v", left, err, c.rawHashes(key))
 	if err != nil || left != 0 {
 		t.Errorf("the last release = %d, %v; want 0 holds left", left, err)

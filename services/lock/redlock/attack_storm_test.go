@@ -134,7 +134,7 @@ func runStorm(t *testing.T, c *cluster, key string, sc stormConfig) *journal {
 		j.mu.Lock()
 		cl.released, cl.relStart = true, time.Now()
 		j.mu.Unlock()
-		left, err := b.Release(context.Background(), key, who, 0)
+		left, _, err := b.Release(context.Background(), key, who, 0)
 		j.mu.Lock()
 		cl.relEnd, cl.left, cl.relErr, cl.relDone = time.Now(), left, err, true
 		j.mu.Unlock()
@@ -649,7 +649,7 @@ func TestAttackStormAtHoldLimit(t *testing.T) {
 				mu.Lock()
 				holds[i].to = time.Now()
 				mu.Unlock()
-				if _, err := b.Release(context.Background(), key, owner, 0); err != nil {
+				if _, _, err := b.Release(context.Background(), key, owner, 0); err != nil {
 					mu.Lock()
 					otherErrs++
 					mu.Unlock()

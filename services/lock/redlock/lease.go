@@ -15,7 +15,7 @@ import (
 // counts holds, since while calls of the owner are in flight a count above the majority's
 // may be a hold that is about to be reported acquired. (A node left counting a hold whose
 // reply was lost holds a minority until its ttl.)
-func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, error) {
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, uint64, error) {
 	keys := b.keys(key)[:1]
 	replies := fanOut(ctx, b, b.timeout, nil, func(ctx context.Context, _ int, rdb redis.Scripter) ([]int64, error) {
 		vals, err := releaseScript.Run(ctx, rdb, keys, owner, token).Slice()
@@ -27,7 +27,7 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 		}
 		return ints("release", vals, 2)
 	})
-	var left []int64
+	var left, fences []int64
 	var notHeld, other int
 	for _, r := range replies {
 		switch {
@@ -37,14 +37,14 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 		case r.val[0] == -2:
 			other++
 		case len(r.val) == 2:
-			left = append(left, r.val[0])
+			left, fences = append(left, r.val[0]), append(fences, r.val[1])
 		}
 	}
 	errs := failures(b, replies)
 	if len(left) < b.quorum() {
-		return 0, b.refusal(ctx, "release", len(left), notHeld, other, errs)
+		return 0, 0, b.refusal(ctx, "release", len(left), notHeld, other, errs)
 	}
-	return holdCount(quorumValue(left, b.quorum())), nil
+	return holdCount(quorumValue(left, b.quorum())), uint64(quorumValue(fences, b.quorum())), nil
 }
 
 // Renew implements lock.Backend: it extends the lease on every node that holds it for owner

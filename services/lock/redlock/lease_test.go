@@ -98,7 +98,7 @@ func TestReleaseRenewOutcomes(t *testing.T) {
 			c.seed("ren", tt.holds, nil)
 			c.down(tt.down...)
 
-			remaining, err := b.Release(ctx, "rel", me, 0)
+			remaining, _, err := b.Release(ctx, "rel", me, 0)
 			if !errors.Is(err, tt.releaseErr) || err == nil && remaining != tt.remaining {
 				t.Fatalf("Release = %d, %v; want %d, %v", remaining, err, tt.remaining, tt.releaseErr)
 			}

@@ -49,7 +49,7 @@ func TestStorageBoundedByLiveLocks(t *testing.T) {
 	if err != nil || !first.Acquired {
 		t.Fatalf("TryAcquire: %+v, %v", first, err)
 	}
-	if _, err := b.Release(ctx, "reused", "a", 0); err != nil {
+	if _, _, err := b.Release(ctx, "reused", "a", 0); err != nil {
 		t.Fatal(err)
 	}
 	const keys, workers = 5000, 16
@@ -63,7 +63,7 @@ func TestStorageBoundedByLiveLocks(t *testing.T) {
 					errs <- fmt.Errorf("TryAcquire(%s) = %+v, %v", key, att, err)
 					return
 				}
-				if _, err := b.Release(ctx, key, "o", 0); err != nil {
+				if _, _, err := b.Release(ctx, key, "o", 0); err != nil {
 					errs <- fmt.Errorf("Release(%s): %v", key, err)
 					return
 				}

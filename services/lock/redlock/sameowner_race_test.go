@@ -73,7 +73,7 @@ func TestConcurrentSameOwnerAcquireKeepsLease(t *testing.T) {
 		t.Fatalf("Y re-entry after X confirmed = %+v, %v; want hold 2, token %d", again, err, tok)
 	}
 	for want := uint32(1); ; want-- {
-		left, err := y.Release(context.Background(), key, me, 0)
+		left, _, err := y.Release(context.Background(), key, me, 0)
 		if err != nil || left != want {
 			t.Fatalf("Release = %d, %v; want %d", left, err, want)
 		}

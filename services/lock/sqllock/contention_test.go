@@ -59,7 +59,7 @@ func TestWaitersLeaveConnectionsForRenew(t *testing.T) {
 	if att, err := b.TryAcquire(ctx, "busy", "x", time.Minute); err != nil || !att.Acquired {
 		t.Fatalf("acquire: %+v, %v", att, err)
 	}
-	if _, err := b.Release(ctx, "busy", "x", 0); err != nil {
+	if _, _, err := b.Release(ctx, "busy", "x", 0); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := s.raw.BeginTx(ctx, nil)
@@ -95,7 +95,7 @@ func TestWaitersLeaveConnectionsForRenew(t *testing.T) {
 	if _, err := b.Renew(rctx, "mine", "holder", time.Minute); err != nil {
 		t.Fatalf("renew while attempts filled the pool: %v", err)
 	}
-	if _, err := b.Release(rctx, "mine", "holder", 0); err != nil {
+	if _, _, err := b.Release(rctx, "mine", "holder", 0); err != nil {
 		t.Fatalf("release while attempts filled the pool: %v", err)
 	}
 	if st, err := b.Inspect(rctx, "mine"); err != nil || st.Held {

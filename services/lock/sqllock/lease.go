@@ -246,8 +246,9 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 }
 
 // Release implements lock.Backend.
-func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, error) {
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, uint64, error) {
 	var remaining uint32
+	var leaseToken uint64
 	err := b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) {
 		if err := ownedBy(r, owner); err != nil {
 			return nil, err
@@ -255,7 +256,7 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 		if token != 0 && r.token != token {
 			return nil, lock.ErrNotHeld
 		}
-		remaining = r.holds - 1
+		remaining, leaseToken = r.holds-1, r.token
 		if remaining == 0 {
 			// Free; the token stays for the next holder, and the janitor deletes the row
 			// (folding the token into the fence floor) once the keep-free period passes.
@@ -263,7 +264,7 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 		}
 		return &row{owner: owner, holds: remaining, token: r.token, expiresAt: r.expiresAt, ttlMs: r.ttlMs}, nil
 	})
-	return remaining, err
+	return remaining, leaseToken, err
 }
 
 // Renew implements lock.Backend.

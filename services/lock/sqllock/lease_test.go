@@ -50,7 +50,7 @@ func TestHoldLimit(t *testing.T) {
 		if after.holds != before.holds || after.token != before.token || after.expiresAt != before.expiresAt || after.ttlMs != before.ttlMs {
 			t.Fatalf("refused re-entry changed the row: before %+v, after %+v", before, after)
 		}
-		remaining, err := b.Release(ctx, "k", "o", 0)
+		remaining, _, err := b.Release(ctx, "k", "o", 0)
 		if err != nil || remaining != lock.MaxHoldCount-1 {
 			t.Fatalf("release at the limit: %d, %v; want %d", remaining, err, uint32(lock.MaxHoldCount-1))
 		}

@@ -85,7 +85,7 @@ func TestMigrateFromSingleTable(t *testing.T) {
 			}
 		}
 		for range 2 {
-			if _, err := b.Release(ctx, "live", "old-owner", 0); err != nil {
+			if _, _, err := b.Release(ctx, "live", "old-owner", 0); err != nil {
 				t.Fatalf("old owner's release: %v", err)
 			}
 		}

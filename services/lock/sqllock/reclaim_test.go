@@ -62,7 +62,7 @@ func TestFreeKeysLeaveNoRows(t *testing.T) {
 						err = fmt.Errorf("free key %s not acquired: %+v", key, att)
 					}
 					if err == nil {
-						_, err = b.Release(ctx, key, "o", 0)
+						_, _, err = b.Release(ctx, key, "o", 0)
 					}
 					if err != nil {
 						failed.CompareAndSwap(nil, err)
@@ -104,7 +104,7 @@ func TestTokensRiseAcrossReclaim(t *testing.T) {
 		end func(t *testing.T, b *Backend, key string)
 	}{
 		{name: "released", end: func(t *testing.T, b *Backend, key string) {
-			if _, err := b.Release(context.Background(), key, "first", 0); err != nil {
+			if _, _, err := b.Release(context.Background(), key, "first", 0); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -125,7 +125,7 @@ func TestTokensRiseAcrossReclaim(t *testing.T) {
 						t.Fatalf("acquire: %+v, %v", att, err)
 					}
 					last = att.Lease.FencingToken
-					if _, err := b.Release(ctx, key, fmt.Sprint("warm", i), 0); err != nil {
+					if _, _, err := b.Release(ctx, key, fmt.Sprint("warm", i), 0); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -250,7 +250,7 @@ func TestConcurrentJanitors(t *testing.T) {
 					tokens[k] = append(tokens[k], att.Lease.FencingToken)
 					mu.Unlock()
 					acquires.Add(1)
-					if _, err := b.Release(ctx, key, owner, 0); err != nil {
+					if _, _, err := b.Release(ctx, key, owner, 0); err != nil {
 						report(fmt.Errorf("release: %w", err))
 						return
 					}

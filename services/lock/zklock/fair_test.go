@@ -63,7 +63,7 @@ func TestFairQueue(t *testing.T) {
 			owner, token, via := "holder", first.Lease.FencingToken, holder
 			for k := range n {
 				before := wakeups(waiters)
-				if _, err := via.Release(ctx, key, owner, 0); err != nil {
+				if _, _, err := via.Release(ctx, key, owner, 0); err != nil {
 					t.Fatalf("release by %s: %v", owner, err)
 				}
 				var r result
@@ -99,7 +99,7 @@ func TestFairQueue(t *testing.T) {
 				}
 				owner, token, via = fmt.Sprintf("w%d", k), r.att.Lease.FencingToken, waiters[k]
 			}
-			if _, err := via.Release(ctx, key, owner, 0); err != nil {
+			if _, _, err := via.Release(ctx, key, owner, 0); err != nil {
 				t.Fatalf("last release: %v", err)
 			}
 			waitLine(t, holder, key, 0)
@@ -172,7 +172,7 @@ func TestLeaveLine(t *testing.T) {
 			}
 			waitLine(t, holder, key, 2) // the quitter's node is gone
 
-			if _, err := holder.Release(ctx, key, "holder", 0); err != nil {
+			if _, _, err := holder.Release(ctx, key, "holder", 0); err != nil {
 				t.Fatalf("release: %v", err)
 			}
 			select {

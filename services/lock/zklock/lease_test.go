@@ -58,7 +58,7 @@ func TestHoldLimit(t *testing.T) {
 			if len(after) != 1 || after[0].path != before[0].path || after[0].stat.Version != before[0].stat.Version || after[0].data != before[0].data {
 				t.Fatalf("lease after the refused re-entry = %v, want unchanged %v", describe(after), describe(before))
 			}
-			if left, err := via.Release(ctx, key, "o", 0); err != nil || left != lock.MaxHoldCount-1 {
+			if left, _, err := via.Release(ctx, key, "o", 0); err != nil || left != lock.MaxHoldCount-1 {
 				t.Fatalf("release = (%d, %v), want (%d, nil)", left, err, uint32(lock.MaxHoldCount-1))
 			}
 		})
@@ -88,7 +88,7 @@ func TestRenewOwnTTL(t *testing.T) {
 					}
 				}
 				time.Sleep(time.Second) // what is left of the lease is now well below 3s
-				if left, err := b.Release(ctx, key, "o", 0); err != nil || left != 1 {
+				if left, _, err := b.Release(ctx, key, "o", 0); err != nil || left != 1 {
 					t.Fatalf("release = (%d, %v), want (1, nil)", left, err)
 				}
 			},
@@ -103,7 +103,7 @@ func TestRenewOwnTTL(t *testing.T) {
 					}
 				}
 				time.Sleep(time.Second)
-				if left, err := b.Release(ctx, key, "o", 0); err != nil || left != 1 {
+				if left, _, err := b.Release(ctx, key, "o", 0); err != nil || left != 1 {
 					t.Fatalf("release = (%d, %v), want (1, nil)", left, err)
 				}
 			},

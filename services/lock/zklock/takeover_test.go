@@ -93,7 +93,7 @@ func TestTakeover(t *testing.T) {
 			}
 
 			for range tt.wantHolds {
-				if _, err := b.Release(ctx, key, "o", 0); err != nil {
+				if _, _, err := b.Release(ctx, key, "o", 0); err != nil {
 					t.Fatalf("release through the instance that holds the lease now: %v", err)
 				}
 			}
@@ -121,7 +121,7 @@ func TestTakeoverReleased(t *testing.T) {
 		end  func(t *testing.T, a *Backend)
 	}{
 		{name: "released", end: func(t *testing.T, a *Backend) {
-			if _, err := a.Release(ctx, "k-released", "o", 0); err != nil {
+			if _, _, err := a.Release(ctx, "k-released", "o", 0); err != nil {
 				t.Fatalf("release: %v", err)
 			}
 		}},
@@ -197,7 +197,7 @@ func TestTakeoverConcurrent(t *testing.T) {
 						continue
 					}
 					// Release through the next instance, so releases meet foreign nodes too.
-					if _, err := insts[(i+1)%len(insts)].Release(ctx, key, owner, 0); err != nil {
+					if _, _, err := insts[(i+1)%len(insts)].Release(ctx, key, owner, 0); err != nil {
 						t.Errorf("release via %d: %v", (i+1)%len(insts), err)
 					}
 				}
@@ -250,7 +250,7 @@ func TestTakeoverConcurrent(t *testing.T) {
 	if len(line) != 1 || line[0].data.Holds != 1 || line[0].token() != token {
 		t.Fatalf("line after the race = %v, want one node of %s with 1 hold and token %d", describe(line), owner, token)
 	}
-	if left, err := insts[2].Release(ctx, key, owner, 0); err != nil || left != 0 {
+	if left, _, err := insts[2].Release(ctx, key, owner, 0); err != nil || left != 0 {
 		t.Fatalf("last release = (%d, %v), want (0, nil)", left, err)
 	}
 	att, err := rival.TryAcquire(ctx, key, "rival", time.Second)
@@ -326,7 +326,7 @@ func TestSameOwnerExact(t *testing.T) {
 						continue
 					}
 					acquired.Add(1)
-					if _, err := insts[(i+g+1)%len(insts)].Release(ctx, key, owner, 0); err != nil {
+					if _, _, err := insts[(i+g+1)%len(insts)].Release(ctx, key, owner, 0); err != nil {
 						t.Errorf("release of an outstanding hold via %d: %v", (i+g+1)%len(insts), err)
 					}
 				}

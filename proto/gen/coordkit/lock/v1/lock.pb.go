@@ -26,6 +26,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// LockEventKind is what happened to a lock.
+type LockEventKind int32
+
+const (
+	// Not set; never published.
+	LockEventKind_LOCK_EVENT_KIND_UNSPECIFIED LockEventKind = 0
+	// A new holder took the lock (a new fencing token). A re-entry by the holder is not one.
+	LockEventKind_LOCK_EVENT_KIND_ACQUIRED LockEventKind = 1
+	// The holder dropped its last hold: the lock is free.
+	LockEventKind_LOCK_EVENT_KIND_RELEASED LockEventKind = 2
+	// The holder's lease ran out unreleased: the lock is free (or already taken by the next
+	// holder, whose own acquired event follows).
+	LockEventKind_LOCK_EVENT_KIND_EXPIRED LockEventKind = 3
+)
+
+// Enum value maps for LockEventKind.
+var (
+	LockEventKind_name = map[int32]string{
+		0: "LOCK_EVENT_KIND_UNSPECIFIED",
+		1: "LOCK_EVENT_KIND_ACQUIRED",
+		2: "LOCK_EVENT_KIND_RELEASED",
+		3: "LOCK_EVENT_KIND_EXPIRED",
+	}
+	LockEventKind_value = map[string]int32{
+		"LOCK_EVENT_KIND_UNSPECIFIED": 0,
+		"LOCK_EVENT_KIND_ACQUIRED":    1,
+		"LOCK_EVENT_KIND_RELEASED":    2,
+		"LOCK_EVENT_KIND_EXPIRED":     3,
+	}
+)
+
+func (x LockEventKind) Enum() *LockEventKind {
+	p := new(LockEventKind)
+	*p = x
+	return p
+}
+
+func (x LockEventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockEventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordkit_lock_v1_lock_proto_enumTypes[0].Descriptor()
+}
+
+func (LockEventKind) Type() protoreflect.EnumType {
+	return &file_coordkit_lock_v1_lock_proto_enumTypes[0]
+}
+
+func (x LockEventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockEventKind.Descriptor instead.
+func (LockEventKind) EnumDescriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
 // Lease is a held lock as seen by its holder.
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -719,6 +777,109 @@ func (x *InspectResponse) GetState() *LockState {
 	return nil
 }
 
+// LockEvent is published on NATS after a change to a lock is committed, on the subject
+// coordkit.lock.v1.<kind>.<backend>.<key token> (kind is acquired, released or expired; see
+// the README for the key token), in its protobuf JSON form. It never carries an owner secret.
+type LockEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock's key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The backend that holds the lock.
+	Backend string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
+	// What happened.
+	Kind LockEventKind `protobuf:"varint,3,opt,name=kind,proto3,enum=coordkit.lock.v1.LockEventKind" json:"kind,omitempty"`
+	// The fencing token of the lease the event is about: the new holder's for acquired, the
+	// lease that ended for released and expired.
+	FencingToken uint64 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// The holder's fingerprint, as Inspect reports it (not the owner secret).
+	HolderId string `protobuf:"bytes,5,opt,name=holder_id,json=holderId,proto3" json:"holder_id,omitempty"`
+	// For acquired: when the new lease ends unless renewed.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// When the instance that made the change saw it committed.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockEvent) Reset() {
+	*x = LockEvent{}
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockEvent) ProtoMessage() {}
+
+func (x *LockEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockEvent.ProtoReflect.Descriptor instead.
+func (*LockEvent) Descriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LockEvent) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LockEvent) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *LockEvent) GetKind() LockEventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LockEventKind_LOCK_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *LockEvent) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *LockEvent) GetHolderId() string {
+	if x != nil {
+		return x.HolderId
+	}
+	return ""
+}
+
+func (x *LockEvent) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *LockEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 var File_coordkit_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
@@ -773,7 +934,21 @@ const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\"D\n" +
 	"\x0fInspectResponse\x121\n" +
-	"\x05state\x18\x01 \x01(\v2\x1b.coordkit.lock.v1.LockStateR\x05state2\xcf\x02\n" +
+	"\x05state\x18\x01 \x01(\v2\x1b.coordkit.lock.v1.LockStateR\x05state\"\x99\x02\n" +
+	"\tLockEvent\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\abackend\x18\x02 \x01(\tR\abackend\x123\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1f.coordkit.lock.v1.LockEventKindR\x04kind\x12#\n" +
+	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x12\x1b\n" +
+	"\tholder_id\x18\x05 \x01(\tR\bholderId\x129\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12.\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time*\x89\x01\n" +
+	"\rLockEventKind\x12\x1f\n" +
+	"\x1bLOCK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18LOCK_EVENT_KIND_ACQUIRED\x10\x01\x12\x1c\n" +
+	"\x18LOCK_EVENT_KIND_RELEASED\x10\x02\x12\x1b\n" +
+	"\x17LOCK_EVENT_KIND_EXPIRED\x10\x032\xcf\x02\n" +
 	"\vLockService\x12P\n" +
 	"\aAcquire\x12 .coordkit.lock.v1.AcquireRequest\x1a!.coordkit.lock.v1.AcquireResponse\"\x00\x12P\n" +
 	"\aRelease\x12 .coordkit.lock.v1.ReleaseRequest\x1a!.coordkit.lock.v1.ReleaseResponse\"\x00\x12J\n" +
@@ -793,44 +968,50 @@ func file_coordkit_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_coordkit_lock_v1_lock_proto_rawDescData
 }
 
-var file_coordkit_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_coordkit_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_coordkit_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_coordkit_lock_v1_lock_proto_goTypes = []any{
-	(*Lease)(nil),                 // 0: coordkit.lock.v1.Lease
-	(*LockState)(nil),             // 1: coordkit.lock.v1.LockState
-	(*AcquireRequest)(nil),        // 2: coordkit.lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 3: coordkit.lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 4: coordkit.lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 5: coordkit.lock.v1.ReleaseResponse
-	(*RenewRequest)(nil),          // 6: coordkit.lock.v1.RenewRequest
-	(*RenewResponse)(nil),         // 7: coordkit.lock.v1.RenewResponse
-	(*InspectRequest)(nil),        // 8: coordkit.lock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 9: coordkit.lock.v1.InspectResponse
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
+	(LockEventKind)(0),            // 0: coordkit.lock.v1.LockEventKind
+	(*Lease)(nil),                 // 1: coordkit.lock.v1.Lease
+	(*LockState)(nil),             // 2: coordkit.lock.v1.LockState
+	(*AcquireRequest)(nil),        // 3: coordkit.lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 4: coordkit.lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),        // 5: coordkit.lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 6: coordkit.lock.v1.ReleaseResponse
+	(*RenewRequest)(nil),          // 7: coordkit.lock.v1.RenewRequest
+	(*RenewResponse)(nil),         // 8: coordkit.lock.v1.RenewResponse
+	(*InspectRequest)(nil),        // 9: coordkit.lock.v1.InspectRequest
+	(*InspectResponse)(nil),       // 10: coordkit.lock.v1.InspectResponse
+	(*LockEvent)(nil),             // 11: coordkit.lock.v1.LockEvent
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
 }
 var file_coordkit_lock_v1_lock_proto_depIdxs = []int32{
-	10, // 0: coordkit.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	10, // 1: coordkit.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 2: coordkit.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	11, // 3: coordkit.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	0,  // 4: coordkit.lock.v1.AcquireResponse.lease:type_name -> coordkit.lock.v1.Lease
-	1,  // 5: coordkit.lock.v1.AcquireResponse.holder:type_name -> coordkit.lock.v1.LockState
-	11, // 6: coordkit.lock.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	0,  // 7: coordkit.lock.v1.RenewResponse.lease:type_name -> coordkit.lock.v1.Lease
-	1,  // 8: coordkit.lock.v1.InspectResponse.state:type_name -> coordkit.lock.v1.LockState
-	2,  // 9: coordkit.lock.v1.LockService.Acquire:input_type -> coordkit.lock.v1.AcquireRequest
-	4,  // 10: coordkit.lock.v1.LockService.Release:input_type -> coordkit.lock.v1.ReleaseRequest
-	6,  // 11: coordkit.lock.v1.LockService.Renew:input_type -> coordkit.lock.v1.RenewRequest
-	8,  // 12: coordkit.lock.v1.LockService.Inspect:input_type -> coordkit.lock.v1.InspectRequest
-	3,  // 13: coordkit.lock.v1.LockService.Acquire:output_type -> coordkit.lock.v1.AcquireResponse
-	5,  // 14: coordkit.lock.v1.LockService.Release:output_type -> coordkit.lock.v1.ReleaseResponse
-	7,  // 15: coordkit.lock.v1.LockService.Renew:output_type -> coordkit.lock.v1.RenewResponse
-	9,  // 16: coordkit.lock.v1.LockService.Inspect:output_type -> coordkit.lock.v1.InspectResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	12, // 0: coordkit.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	12, // 1: coordkit.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	13, // 2: coordkit.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	13, // 3: coordkit.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	1,  // 4: coordkit.lock.v1.AcquireResponse.lease:type_name -> coordkit.lock.v1.Lease
+	2,  // 5: coordkit.lock.v1.AcquireResponse.holder:type_name -> coordkit.lock.v1.LockState
+	13, // 6: coordkit.lock.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	1,  // 7: coordkit.lock.v1.RenewResponse.lease:type_name -> coordkit.lock.v1.Lease
+	2,  // 8: coordkit.lock.v1.InspectResponse.state:type_name -> coordkit.lock.v1.LockState
+	0,  // 9: coordkit.lock.v1.LockEvent.kind:type_name -> coordkit.lock.v1.LockEventKind
+	12, // 10: coordkit.lock.v1.LockEvent.expires_at:type_name -> google.protobuf.Timestamp
+	12, // 11: coordkit.lock.v1.LockEvent.time:type_name -> google.protobuf.Timestamp
+	3,  // 12: coordkit.lock.v1.LockService.Acquire:input_type -> coordkit.lock.v1.AcquireRequest
+	5,  // 13: coordkit.lock.v1.LockService.Release:input_type -> coordkit.lock.v1.ReleaseRequest
+	7,  // 14: coordkit.lock.v1.LockService.Renew:input_type -> coordkit.lock.v1.RenewRequest
+	9,  // 15: coordkit.lock.v1.LockService.Inspect:input_type -> coordkit.lock.v1.InspectRequest
+	4,  // 16: coordkit.lock.v1.LockService.Acquire:output_type -> coordkit.lock.v1.AcquireResponse
+	6,  // 17: coordkit.lock.v1.LockService.Release:output_type -> coordkit.lock.v1.ReleaseResponse
+	8,  // 18: coordkit.lock.v1.LockService.Renew:output_type -> coordkit.lock.v1.RenewResponse
+	10, // 19: coordkit.lock.v1.LockService.Inspect:output_type -> coordkit.lock.v1.InspectResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_lock_v1_lock_proto_init() }
@@ -843,13 +1024,14 @@ func file_coordkit_lock_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_lock_v1_lock_proto_rawDesc), len(file_coordkit_lock_v1_lock_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   10,
+			NumEnums:      1,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_coordkit_lock_v1_lock_proto_goTypes,
 		DependencyIndexes: file_coordkit_lock_v1_lock_proto_depIdxs,
+		EnumInfos:         file_coordkit_lock_v1_lock_proto_enumTypes,
 		MessageInfos:      file_coordkit_lock_v1_lock_proto_msgTypes,
 	}.Build()
 	File_coordkit_lock_v1_lock_proto = out.File

@@ -1,0 +1,136 @@
+package lock
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/coordkit/coordkit/libs/event/subject"
+	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+)
+
+// startEvents subscribes the instance to the released and expired events of its backends
+// (one subscription per backend and kind, whatever the number of waiters) and follows the
+// bus's connection, so waiters poll while NATS is down.
+func (s *Service) startEvents() error {
+	if s.bus == nil {
+		return nil
+	}
+	for name := range s.backends {
+		for _, kind := range []string{subject.Released, subject.Expired} {
+			unsub, err := s.bus.Subscribe(subject.LockPattern(kind, name), s.onEvent)
+			if err != nil {
+				s.stopEvents()
+				return err
+			}
+			s.unsubs = append(s.unsubs, unsub)
+		}
+	}
+	s.bus.OnChange(func(bool) { s.push.changed() })
+	return nil
+}
+
+func (s *Service) stopEvents() {
+	for _, unsub := range s.unsubs {
+		_ = unsub()
+	}
+	s.unsubs = nil
+}
+
+// onEvent wakes the head of the local line of the key whose lease ended. The token, when
+// the payload carries one, lets the line ignore the echo of a release it already woke for.
+func (s *Service) onEvent(subj string, data []byte) {
+	_, backend, key, ok := subject.ParseLock(subj)
+	if !ok {
+		return
+	}
+	var ev lockv1.LockEvent
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, &ev); err != nil {
+		ev.FencingToken = 0 // a payload we cannot read still says the lock may be free
+	}
+	if s.waiters.wakeHead(backend, key, ev.GetFencingToken()) {
+		s.metrics.wakeups.WithLabelValues(backend, "event").Inc()
+	}
+}
+
+// leaseEnded is called after this instance released a lease for good: the local line is
+// woken at once, without the round trip through NATS, and the event tells every instance.
+func (s *Service) leaseEnded(kind, backend, key string, token uint64, holderID string) {
+	if s.waiters.wakeHead(backend, key, token) {
+		s.metrics.wakeups.WithLabelValues(backend, "local").Inc()
+	}
+	s.publish(&lockv1.LockEvent{Key: key, Backend: backend, Kind: kindOf(kind), FencingToken: token, HolderId: holderID})
+}
+
+// leaseTaken announces a new holder.
+func (s *Service) leaseTaken(backend string, l Lease) {
+	s.publish(&lockv1.LockEvent{
+		Key: l.Key, Backend: backend, Kind: lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED,
+		FencingToken: l.FencingToken, HolderId: HolderID(l.Owner), ExpiresAt: timestamppb.New(l.ExpiresAt),
+	})
+}
+
+// publish sends ev on its subject, stamped with the time. It never blocks the caller: the
+// client buffers, and a lost event only delays waiters, whose waits are bounded without it.
+func (s *Service) publish(ev *lockv1.LockEvent) {
+	if s.bus == nil {
+		return
+	}
+	ev.Time = timestamppb.Now()
+	if err := s.bus.Publish(subject.Lock(kindName(ev.GetKind()), ev.GetBackend(), ev.GetKey()), ev); err != nil {
+		s.log.Debug("lock: event not published", "key", ev.GetKey(), "backend", ev.GetBackend(), "error", err)
+	}
+}
+
+func kindOf(kind string) lockv1.LockEventKind {
+	switch kind {
+	case subject.Acquired:
+		return lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED
+	case subject.Released:
+		return lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED
+	case subject.Expired:
+		return lockv1.LockEventKind_LOCK_EVENT_KIND_EXPIRED
+	}
+	return lockv1.LockEventKind_LOCK_EVENT_KIND_UNSPECIFIED
+}
+
+func kindName(k lockv1.LockEventKind) string {
+	switch k {
+	case lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED:
+		return subject.Acquired
+	case lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED:
+		return subject.Released
+	case lockv1.LockEventKind_LOCK_EVENT_KIND_EXPIRED:
+		return subject.Expired
+	}
+	return "unspecified"
+}
+
+// pushState tells waiters whether events can wake them, and wakes them all when that
+// changes: on a disconnect they must start polling, on a reconnect they re-check the lock
+// (events may have been lost) and go back to waiting for a push.
+type pushState struct {
+	mu sync.Mutex
+	ch chan struct{} // closed at the next change
+}
+
+func newPushState() *pushState { return &pushState{ch: make(chan struct{})} }
+
+// next is closed when the connection's state next changes.
+func (p *pushState) next() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ch
+}
+
+func (p *pushState) changed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.ch)
+	p.ch = make(chan struct{})
+}
+
+// DefaultRecheck is Config.Recheck by default.
+const DefaultRecheck = time.Second

@@ -1,0 +1,132 @@
+package lock
+
+import (
+	"container/list"
+	"sync"
+	"time"
+)
+
+// waiters is an instance's local line of blocked Acquires per (backend, key). A release or
+// expiry wakes only the head of a line, so a release costs one backend attempt per instance
+// with waiters, not one per waiter. A waiter joins its line BEFORE its attempt that may find
+// the lock taken, so a release between that answer and the wait still finds it in line.
+type waiters struct {
+	mu    sync.Mutex
+	lines map[lineKey]*line
+}
+
+type lineKey struct{ backend, key string }
+
+type line struct {
+	q *list.List // of *waiter, first come first
+	// woken is the highest fencing token whose end already woke the head: the same release
+	// reaches an instance twice (its own short cut and the NATS echo) and several waiters'
+	// expiry timers fire for one lease; only the first of each wakes anyone.
+	woken uint64
+}
+
+// waiter is one blocked Acquire in a line.
+type waiter struct {
+	key  lineKey
+	elem *list.Element
+	// wake asks the waiter to make an attempt now (the lock may be free).
+	wake chan struct{}
+	// hint tells a waiter that just became the head when the new holder's lease ends, so it
+	// arms its expiry timer for a holder it has not seen itself.
+	hint chan time.Time
+}
+
+func newWaiters() *waiters { return &waiters{lines: map[lineKey]*line{}} }
+
+// join puts a new waiter at the end of the line of (backend, key).
+func (ws *waiters) join(backend, key string) *waiter {
+	k := lineKey{backend, key}
+	w := &waiter{key: k, wake: make(chan struct{}, 1), hint: make(chan time.Time, 1)}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := ws.lines[k]
+	if l == nil {
+		l = &line{q: list.New()}
+		ws.lines[k] = l
+	}
+	w.elem = l.q.PushBack(w)
+	return w
+}
+
+// leave takes w out of its line. The next waiter, now the head, is told what it needs:
+// when w acquired (got is true) the new holder's expiry, so it can wait for that lease's end;
+// otherwise (w gave up) it is woken, since a wake meant for w may have gone unused.
+func (ws *waiters) leave(w *waiter, got bool, holderExpiry time.Time) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := ws.lines[w.key]
+	if l == nil || w.elem == nil {
+		return
+	}
+	wasHead := l.q.Front() == w.elem
+	l.q.Remove(w.elem)
+	w.elem = nil
+	if l.q.Len() == 0 {
+		delete(ws.lines, w.key)
+		return
+	}
+	if !wasHead {
+		return
+	}
+	next := l.q.Front().Value.(*waiter)
+	if got {
+		select {
+		case <-next.hint:
+		default:
+		}
+		next.hint <- holderExpiry
+		return
+	}
+	signal(next.wake)
+}
+
+// wakeHead wakes the head of (backend, key)'s line because the lease with token ended; a
+// token of 0 (unknown) always wakes. It reports whether a waiter was woken.
+func (ws *waiters) wakeHead(backend, key string, token uint64) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := ws.lines[lineKey{backend, key}]
+	if l == nil {
+		return false
+	}
+	if token != 0 {
+		if token <= l.woken {
+			return false
+		}
+		l.woken = token
+	}
+	signal(l.q.Front().Value.(*waiter).wake)
+	return true
+}
+
+// isHead says whether w is first in its line.
+func (ws *waiters) isHead(w *waiter) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := ws.lines[w.key]
+	return l != nil && w.elem != nil && l.q.Front() == w.elem
+}
+
+// wakeAllHeads wakes the head of every line: events may have been lost (NATS was down), so
+// each line checks its lock once.
+func (ws *waiters) wakeAllHeads() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, l := range ws.lines {
+		signal(l.q.Front().Value.(*waiter).wake)
+	}
+	return len(ws.lines)
+}
+
+// signal leaves one pending signal on ch (buffered 1); a pending one absorbs the next.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
