@@ -66,8 +66,15 @@ type Attempt struct {
 	Acquired bool
 	// Lease is the caller's lease when Acquired.
 	Lease Lease
-	// Holder is the current holder when not Acquired.
+	// Holder is the current holder when not Acquired (not Held: the lock is free, but a
+	// fair waiter ahead of the caller has the next turn).
 	Holder State
+	// Place is a fair waiter's place in the backend's line when not Acquired, 1 = next;
+	// 0 outside fair mode.
+	Place int
+	// Arrival orders fair waiters: the backend's number for owner's entry, lower first;
+	// 0 outside fair mode.
+	Arrival int64
 }
 
 // Backend is one lock engine. Every method is a single atomic step on the engine: no method
@@ -106,6 +113,21 @@ type FairBackend interface {
 	// lock is taken; when the wait passes it leaves the line and reports the holder, not an
 	// error.
 	AcquireWait(ctx context.Context, key, owner string, ttl, wait time.Duration) (Attempt, error)
+}
+
+// QueueBackend is implemented by engines that keep a line of waiters in the backend itself
+// for fair mode: first come, first served across every instance. Each entry has a lease of
+// its own, which the waiter's attempts renew, so a dead instance's waiters are skipped once
+// their entries' leases pass, and a waiter that gives up leaves at once.
+type QueueBackend interface {
+	Backend
+	// TryAcquireFair is TryAcquire for owner as a waiter in key's line: it takes the lock only
+	// when the lock is free and no live entry is ahead of owner (a re-entry by the holder is
+	// never queued); otherwise owner keeps its place, or takes the last one, with its entry's
+	// lease renewed to entryTTL, and the Attempt reports the holder and owner's place.
+	TryAcquireFair(ctx context.Context, key, owner string, ttl, entryTTL time.Duration) (Attempt, error)
+	// LeaveQueue takes owner's entry out of key's line.
+	LeaveQueue(ctx context.Context, key, owner string) error
 }
 
 // Unavailable wraps an engine error as ErrUnavailable, unless it is the context's own

@@ -134,3 +134,7 @@ func (p *pushState) changed() {
 
 // DefaultRecheck is Config.Recheck by default.
 const DefaultRecheck = time.Second
+
+// DefaultFairEntryTTL is Config.FairEntryTTL by default: a dead instance's fair waiters
+// are skipped within 5s, and each waiter renews its entry every 1.7s.
+const DefaultFairEntryTTL = 5 * time.Second

@@ -59,7 +59,8 @@ var retryBackoff = backoff{base: 10 * time.Millisecond, max: time.Second}
 // to wait, and a slow moment of the backend, often caused by the waiters themselves, must
 // not end a wait of an hour; only when the wait ends is the last failure returned. Every
 // attempt after the first takes one of the backend's slots (Config.WaitAttempts).
-func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owner string, ttl, wait time.Duration) (Attempt, error) {
+func (s *Service) acquire(ctx context.Context, name string, b Backend, p acquireParams) (Attempt, error) {
+	key, owner, ttl, wait := p.key, p.owner, p.ttl, p.wait
 	start := time.Now()
 	until := start.Add(wait)
 	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(until) {
@@ -75,9 +76,18 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owne
 	}
 	var w *waiter
 	var got Lease // what w took, for the next in line
+	var queue QueueBackend
 	if wait > 0 {
 		w = s.waiters.join(name, key)
 		defer func() { s.waiters.leave(w, got.FencingToken != 0, got.ExpiresAt) }()
+		if qb, ok := b.(QueueBackend); ok && p.fair {
+			queue = qb
+			defer func() {
+				if got.FencingToken == 0 {
+					s.leaveQueue(ctx, name, queue, key, owner)
+				}
+			}()
+		}
 	}
 	var (
 		last     Attempt // the last answer, returned when the wait ends without a failure
@@ -94,7 +104,7 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owne
 		if attempt > 1 && !time.Now().Before(until) {
 			return done(last, lastErr, attempt)
 		}
-		att, err := s.try(ctx, name, b, key, owner, ttl, attempt, until)
+		att, err := s.try(ctx, name, b, queue, key, owner, ttl, attempt, until)
 		switch {
 		case errors.Is(err, errWaitOver):
 			return done(last, lastErr, attempt)
@@ -104,6 +114,9 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owne
 		case err == nil:
 			s.metrics.contention.WithLabelValues(name).Inc()
 			last, lastErr, failures = att, nil, 0
+			if att.Arrival != 0 {
+				s.waiters.setArrival(w, att.Arrival)
+			}
 		case wait > 0 && errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
 			s.metrics.retries.WithLabelValues(name).Inc()
 			lastErr = err
@@ -117,7 +130,7 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, key, owne
 		if lastErr != nil {
 			err = retryBackoff.wait(ctx, failures, until)
 		} else {
-			err = s.await(ctx, w, last.Holder, attempt, until)
+			err = s.await(ctx, w, last.Holder, queue != nil, attempt, until)
 		}
 		if err != nil {
 			return done(Attempt{}, err, attempt)
@@ -130,9 +143,15 @@ var errWaitOver = errors.New("lock: wait over")
 
 // try makes one attempt; every attempt after the first waits for one of the backend's
 // slots, up to until.
-func (s *Service) try(ctx context.Context, name string, b Backend, key, owner string, ttl time.Duration, attempt int, until time.Time) (Attempt, error) {
+func (s *Service) try(ctx context.Context, name string, b Backend, queue QueueBackend, key, owner string, ttl time.Duration, attempt int, until time.Time) (Attempt, error) {
+	tryAcquire := b.TryAcquire
+	if queue != nil {
+		tryAcquire = func(ctx context.Context, key, owner string, ttl time.Duration) (Attempt, error) {
+			return queue.TryAcquireFair(ctx, key, owner, ttl, s.entryTTL)
+		}
+	}
 	if attempt == 1 {
-		return b.TryAcquire(ctx, key, owner, ttl)
+		return tryAcquire(ctx, key, owner, ttl)
 	}
 	sl := s.slots[name]
 	if err := sl.take(ctx, until); err != nil {
@@ -143,7 +162,25 @@ func (s *Service) try(ctx context.Context, name string, b Backend, key, owner st
 	inFlight := s.metrics.waitAttempts.WithLabelValues(name)
 	inFlight.Inc()
 	defer inFlight.Dec()
-	return b.TryAcquire(ctx, key, owner, ttl)
+	return tryAcquire(ctx, key, owner, ttl)
+}
+
+// leaveQueueTimeout bounds the call that takes a fair waiter that gave up out of the
+// backend's line; if it fails, the entry's own lease ends it.
+const leaveQueueTimeout = 2 * time.Second
+
+// leaveQueue takes a fair waiter that did not get the lock out of the backend's line at
+// once, so the waiters behind it do not wait out its entry's lease. It runs even when the
+// request was canceled (that is when it matters most), in the background.
+func (s *Service) leaveQueue(ctx context.Context, name string, queue QueueBackend, key, owner string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveQueueTimeout)
+		defer cancel()
+		if err := queue.LeaveQueue(ctx, key, owner); err != nil {
+			s.log.DebugContext(ctx, "lock: a fair waiter could not leave the line; its entry's lease will end it",
+				"backend", name, "key", key, "error", err)
+		}
+	}()
 }
 
 // acquireFair hands the wait to a backend that queues natively, again with what is left of
@@ -220,12 +257,21 @@ func (sl slots) put() { <-sl }
 // The head also re-checks every Config.Recheck, so an event lost on its way (NATS delivers at
 // most once) delays it by that much at most. Without events every waiter polls with backoff,
 // never past the holder's expiry.
-func (s *Service) await(ctx context.Context, w *waiter, holder State, attempt int, until time.Time) error {
+//
+// A fair waiter also tries every third of its entry's lease, which renews its place in the
+// backend's line; while it waits, a free lock is someone else's turn.
+func (s *Service) await(ctx context.Context, w *waiter, holder State, fair bool, attempt int, until time.Time) error {
 	next := until
 	if h := holder.ExpiresAt; holder.Held && h.Before(next) {
 		next = h
 	}
 	changed := s.push.next()
+	var renew <-chan time.Time
+	if fair {
+		t := time.NewTimer(s.entryTTL / 3)
+		defer t.Stop()
+		renew = t.C // polling (below) tries far more often anyway
+	}
 	if s.bus == nil || !s.bus.Connected() {
 		return pollBackoff.wait(ctx, attempt, next)
 	}
@@ -266,6 +312,8 @@ func (s *Service) await(ctx context.Context, w *waiter, holder State, attempt in
 		case <-w.wake:
 			return nil
 		case <-end.C:
+			return nil
+		case <-renew:
 			return nil
 		case <-changed: // NATS went down or came back: poll, or re-check and wait anew
 			return nil

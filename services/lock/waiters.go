@@ -34,6 +34,9 @@ type waiter struct {
 	// hint tells a waiter that just became the head when the new holder's lease ends, so it
 	// arms its expiry timer for a holder it has not seen itself.
 	hint chan time.Time
+	// arrival is a fair waiter's number in the backend's line (0 until its first attempt,
+	// and outside fair mode); guarded by waiters.mu.
+	arrival int64
 }
 
 func newWaiters() *waiters { return &waiters{lines: map[lineKey]*line{}} }
@@ -63,7 +66,7 @@ func (ws *waiters) leave(w *waiter, got bool, holderExpiry time.Time) {
 	if l == nil || w.elem == nil {
 		return
 	}
-	wasHead := l.q.Front() == w.elem
+	wasHead := l.head() == w
 	l.q.Remove(w.elem)
 	w.elem = nil
 	if l.q.Len() == 0 {
@@ -73,7 +76,7 @@ func (ws *waiters) leave(w *waiter, got bool, holderExpiry time.Time) {
 	if !wasHead {
 		return
 	}
-	next := l.q.Front().Value.(*waiter)
+	next := l.head()
 	if got {
 		select {
 		case <-next.hint:
@@ -100,7 +103,7 @@ func (ws *waiters) wakeHead(backend, key string, token uint64) bool {
 		}
 		l.woken = token
 	}
-	signal(l.q.Front().Value.(*waiter).wake)
+	signal(l.head().wake)
 	return true
 }
 
@@ -109,7 +112,34 @@ func (ws *waiters) isHead(w *waiter) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	l := ws.lines[w.key]
-	return l != nil && w.elem != nil && l.q.Front() == w.elem
+	return l != nil && w.elem != nil && l.head() == w
+}
+
+// setArrival records w's number in the backend's fair line, which orders the local line.
+func (ws *waiters) setArrival(w *waiter, arrival int64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.arrival = arrival
+}
+
+// head is the waiter whose turn is next: the lowest backend arrival number among fair
+// waiters (the backend serves them in that order, which may differ from the order they
+// joined here when their first attempts raced), else the first to join.
+func (l *line) head() *waiter {
+	var best *waiter
+	for e := l.q.Front(); e != nil; e = e.Next() {
+		w := e.Value.(*waiter)
+		if w.arrival == 0 {
+			continue
+		}
+		if best == nil || w.arrival < best.arrival {
+			best = w
+		}
+	}
+	if best != nil {
+		return best
+	}
+	return l.q.Front().Value.(*waiter)
 }
 
 // wakeAllHeads wakes the head of every line: events may have been lost (NATS was down), so
@@ -118,7 +148,7 @@ func (ws *waiters) wakeAllHeads() int {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for _, l := range ws.lines {
-		signal(l.q.Front().Value.(*waiter).wake)
+		signal(l.head().wake)
 	}
 	return len(ws.lines)
 }

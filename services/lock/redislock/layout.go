@@ -11,6 +11,8 @@ import (
 //	<prefix>:{<key>}                 the lock hash {owner, count, fence, ttl, ...}; its PEXPIRE
 //	                                 is the lease, so a free key leaves nothing behind
 //	<prefix>:fence-bucket:{<tag>}    a fencing counter shared by every key of one Cluster slot
+//	<prefix>:queue:{<tag>}<key>      fair waiters by arrival (sorted set), while any wait
+//	<prefix>:queue-deadlines:{<tag>}<key>  their entry deadlines (hash), likewise
 //
 // Fencing tokens come from the counter of the lock hash's slot, raised with INCR by every new
 // holder and never expiring. A key's successive holders all draw from the same counter, so
@@ -41,6 +43,15 @@ func NewLayout(prefix string) Layout {
 func (l Layout) Keys(key string) []string {
 	hash := l.prefix + ":{" + key + "}"
 	return []string{hash, l.prefix + ":fence-bucket:{" + slotTag(Slot(hash)) + "}"}
+}
+
+// QueueKeys returns the keys of key's line of fair waiters: a sorted set of owners by
+// arrival and a hash of each owner's entry deadline (plus the arrival counter). Their hash
+// tag lands in the lock hash's slot, so a script may touch all four keys on Redis Cluster.
+// They exist only while someone waits in fair mode, and expire with the last entry.
+func (l Layout) QueueKeys(key string) []string {
+	tag := "{" + slotTag(Slot(l.prefix+":{"+key+"}")) + "}"
+	return []string{l.prefix + ":queue:" + tag + key, l.prefix + ":queue-deadlines:" + tag + key}
 }
 
 // Slot is the Redis Cluster hash slot of a key name: CRC16 of its hash tag (the part between

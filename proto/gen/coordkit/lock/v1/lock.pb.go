@@ -290,7 +290,13 @@ type AcquireRequest struct {
 	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
 	// The owner secret to acquire or re-enter with, up to 128 bytes; empty means the service
 	// picks a random 128-bit one and returns it in the lease.
-	Owner         string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	// First come, first served: with wait > 0 the caller takes its place in a line kept in
+	// the backend, across every instance, and gets the lock only when every waiter that came
+	// before it got it or gave up. Supported by redis and zookeeper (whose waiters always
+	// queue); other backends answer invalid_argument naming fair. A re-entry by the holder is
+	// never queued, and a try (wait 0) never queues.
+	Fair          bool `protobuf:"varint,6,opt,name=fair,proto3" json:"fair,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +364,13 @@ func (x *AcquireRequest) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *AcquireRequest) GetFair() bool {
+	if x != nil {
+		return x.Fair
+	}
+	return false
 }
 
 // AcquireResponse says whether the lock was taken.
@@ -903,13 +916,14 @@ const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1d\n" +
 	"\n" +
-	"hold_count\x18\a \x01(\rR\tholdCount\"\xae\x01\n" +
+	"hold_count\x18\a \x01(\rR\tholdCount\"\xc2\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x14\n" +
-	"\x05owner\x18\x05 \x01(\tR\x05owner\"\x91\x01\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\x12\x12\n" +
+	"\x04fair\x18\x06 \x01(\bR\x04fair\"\x91\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.coordkit.lock.v1.LeaseR\x05lease\x123\n" +

@@ -1,0 +1,241 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/event"
+	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/testenv"
+	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	"github.com/coordkit/coordkit/services/lock"
+	"github.com/coordkit/coordkit/services/lock/redislock"
+)
+
+// fairBackends keep a line of waiters for fair mode (lock.QueueBackend). ZooKeeper's
+// waiters always queue, natively; zklock's TestFairQueue and TestLeaveLine test its order
+// and its leaving.
+func fairBackends() []backendCase {
+	var out []backendCase
+	for _, bc := range backends {
+		if bc.name == "redis" {
+			out = append(out, bc)
+		}
+	}
+	return out
+}
+
+func acquireFair(ctx context.Context, c *client.Client, key string, ttl, wait time.Duration) (*lockv1.AcquireResponse, error) {
+	return c.Locks().Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl), Wait: durationpb.New(wait), Fair: true})
+}
+
+// inLine waits until n acquires in all have found the lock taken on insts, so a waiter
+// started before has taken its place in line.
+func inLine(t *testing.T, backend string, n float64, insts ...*instance) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var got float64
+		for _, in := range insts {
+			got += metricValue(t, in.url, fmt.Sprintf("coordkit_lock_contention_total{backend=%q}", backend))
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %v of %v acquires found the lock taken within 30s", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFairOrder: 16 fair waiters enqueued one after another, alternating between two
+// instances, get the lock in exactly that order.
+func TestFairOrder(t *testing.T) {
+	t.Parallel()
+	for _, bc := range fairBackends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b, _ := eventPair(t, bc)
+			const waiters, key, ttl = 16, "fair", 30 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			holder := must(acquireWithin(ctx, a.client, key, ttl))(t)
+			var mu sync.Mutex
+			var order []int
+			var wg sync.WaitGroup
+			for i := range waiters {
+				c := []*client.Client{a.client, b.client}[i%2]
+				wg.Go(func() {
+					res, err := acquireFair(ctx, c, key, ttl, time.Minute)
+					if err != nil || !res.GetAcquired() {
+						t.Errorf("waiter %d = %v, %v; want acquired", i, res, err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+					l := res.GetLease()
+					if _, err := c.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: l.GetOwner(), FencingToken: l.GetFencingToken()}); err != nil {
+						t.Errorf("waiter %d: release: %v", i, err)
+					}
+				})
+				inLine(t, bc.name, float64(i+1), a, b)
+			}
+			must(a.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: holder.GetOwner(), FencingToken: holder.GetFencingToken()}))(t)
+			wg.Wait()
+			for i, w := range order {
+				if w != i {
+					t.Fatalf("waiters got the lock in the order %v, want 0..%d", order, waiters-1)
+				}
+			}
+			if len(order) != waiters {
+				t.Fatalf("%d of %d waiters got the lock", len(order), waiters)
+			}
+		})
+	}
+}
+
+// TestFairCancelLeavesLine: of three fair waiters, the second gives up (its caller cancels);
+// the third must not wait for the second's entry to lapse: it gets the lock right after the
+// first releases.
+func TestFairCancelLeavesLine(t *testing.T) {
+	t.Parallel()
+	for _, bc := range fairBackends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b, _ := eventPair(t, bc)
+			const key, ttl = "fair-cancel", 30 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			holder := must(acquireWithin(ctx, a.client, key, ttl))(t)
+			type result struct {
+				res *lockv1.AcquireResponse
+				err error
+				at  time.Time
+			}
+			start := func(ctx context.Context, c *client.Client) <-chan result {
+				ch := make(chan result, 1)
+				go func() {
+					res, err := acquireFair(ctx, c, key, ttl, time.Minute)
+					ch <- result{res, err, time.Now()}
+				}()
+				return ch
+			}
+			first := start(ctx, a.client)
+			inLine(t, bc.name, 1, a, b)
+			quitCtx, quit := context.WithCancel(ctx)
+			second := start(quitCtx, b.client)
+			inLine(t, bc.name, 2, a, b)
+			third := start(ctx, a.client)
+			inLine(t, bc.name, 3, a, b)
+			quit()
+			if r := <-second; connect.CodeOf(r.err) != connect.CodeCanceled {
+				t.Fatalf("the canceled waiter = %v, %v; want canceled", r.res, r.err)
+			}
+			time.Sleep(100 * time.Millisecond) // its leaving reaches the backend
+			must(a.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: holder.GetOwner(), FencingToken: holder.GetFencingToken()}))(t)
+			r1 := <-first
+			if r1.err != nil || !r1.res.GetAcquired() {
+				t.Fatalf("first waiter = %v, %v", r1.res, r1.err)
+			}
+			released := time.Now()
+			l := r1.res.GetLease()
+			must(a.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: l.GetOwner(), FencingToken: l.GetFencingToken()}))(t)
+			r3 := <-third
+			if r3.err != nil || !r3.res.GetAcquired() {
+				t.Fatalf("third waiter = %v, %v", r3.res, r3.err)
+			}
+			if took := r3.at.Sub(released); took > 1500*time.Millisecond {
+				t.Fatalf("the third waiter got the lock %v after the first released it: it waited for the canceled waiter's entry", took)
+			}
+		})
+	}
+}
+
+// TestFairDeadInstanceSkipped: the first fair waiter's instance loses Redis and is stopped,
+// so its entry is never taken out of the line; the second waiter, on another instance, gets
+// the lock once that entry's lease (2s here) passes, not at its own wait's end.
+func TestFairDeadInstanceSkipped(t *testing.T) {
+	t.Parallel()
+	prefix := testenv.Prefix(t)
+	testenv.CleanRedis(t, testenv.Redis(t, ""), prefix)
+	proxy := testenv.NewProxy(t, testenv.RedisAddr())
+	busA, busB := busPair(t)
+	const entryTTL = 2 * time.Second
+	serve := func(b lock.Backend, bus *event.Bus) *instance {
+		srv := server.New(server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		svc, err := lock.NewService(lock.Config{
+			Backends: map[string]lock.Backend{"redis": b}, Registerer: srv.Registry(), Recheck: -1, FairEntryTTL: entryTTL, Events: bus,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
+		url, stop := testenv.Serve(t, srv)
+		return &instance{url: url, client: client.New(url), stop: stop}
+	}
+	doomed := serve(redislock.New(testenv.Redis(t, proxy.Addr()), prefix), busA)
+	survivor := serve(redislock.New(testenv.Redis(t, ""), prefix), busB)
+	const key, ttl = "fair-dead", 30 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	holder := must(acquireWithin(ctx, survivor.client, key, ttl))(t)
+	go acquireFair(ctx, doomed.client, key, ttl, time.Minute) //nolint:errcheck // it dies with its instance
+	inLine(t, "redis", 1, doomed, survivor)
+	got := make(chan error, 1)
+	go func() {
+		res, err := acquireFair(ctx, survivor.client, key, ttl, time.Minute)
+		if err == nil && !res.GetAcquired() {
+			err = fmt.Errorf("not acquired: %v", res.GetHolder())
+		}
+		got <- err
+	}()
+	inLine(t, "redis", 2, doomed, survivor)
+	proxy.Cut() // the doomed instance can no longer leave the line
+	doomed.stop()
+	must(survivor.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: holder.GetOwner(), FencingToken: holder.GetFencingToken()}))(t)
+	released := time.Now()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the live waiter: %v", err)
+		}
+		t.Logf("the live waiter got the lock %v after the release", time.Since(released))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the live waiter did not get the lock within 20s: the dead instance's entry was never skipped")
+	}
+}
+
+// TestFairRefusedWithoutLine: a backend that keeps no line of waiters refuses fair mode
+// with invalid_argument naming the field, rather than serve it unfairly.
+func TestFairRefusedWithoutLine(t *testing.T) {
+	t.Parallel()
+	for _, bc := range backends {
+		if bc.name == "redis" || bc.name == "zookeeper" {
+			continue // they serve it
+		}
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			inst := startInstance(t, bc.name, bc.store(t)(t))
+			_, err := acquireFair(context.Background(), inst.client, "k", time.Second, time.Second)
+			wantCode(t, err, connect.CodeInvalidArgument)
+			var ce *connect.Error
+			if !errors.As(err, &ce) || !strings.HasPrefix(ce.Message(), "fair: ") {
+				t.Fatalf("error %v does not start with the field's name, fair", err)
+			}
+		})
+	}
+}
