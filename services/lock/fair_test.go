@@ -21,7 +21,6 @@ import (
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/services/lock"
-	"github.com/coordkit/coordkit/services/lock/redislock"
 )
 
 // fairBackends keep a line of waiters for fair mode (lock.QueueBackend). ZooKeeper's
@@ -30,7 +29,7 @@ import (
 func fairBackends() []backendCase {
 	var out []backendCase
 	for _, bc := range backends {
-		if bc.name == "redis" {
+		if bc.name == "redis" || bc.name == "mysql" || bc.name == "sqlite" {
 			out = append(out, bc)
 		}
 	}
@@ -165,57 +164,65 @@ func TestFairCancelLeavesLine(t *testing.T) {
 	}
 }
 
-// TestFairDeadInstanceSkipped: the first fair waiter's instance loses Redis and is stopped,
-// so its entry is never taken out of the line; the second waiter, on another instance, gets
-// the lock once that entry's lease (2s here) passes, not at its own wait's end.
+// TestFairDeadInstanceSkipped: the first fair waiter's instance loses its backend and is
+// stopped, so its entry is never taken out of the line; the second waiter, on another
+// instance, gets the lock once that entry's lease (2s here) passes, not at its own wait's end.
 func TestFairDeadInstanceSkipped(t *testing.T) {
 	t.Parallel()
-	prefix := testenv.Prefix(t)
-	testenv.CleanRedis(t, testenv.Redis(t, ""), prefix)
-	proxy := testenv.NewProxy(t, testenv.RedisAddr())
-	busA, busB := busPair(t)
-	const entryTTL = 2 * time.Second
-	serve := func(b lock.Backend, bus *event.Bus) *instance {
-		srv := server.New(server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		svc, err := lock.NewService(lock.Config{
-			Backends: map[string]lock.Backend{"redis": b}, Registerer: srv.Registry(), Recheck: -1, FairEntryTTL: entryTTL, Events: bus,
+	for _, cc := range cutCases {
+		if cc.name != "redis" && cc.name != "mysql" {
+			continue // the networked backends with a line of waiters
+		}
+		t.Run(cc.name, func(t *testing.T) {
+			t.Parallel()
+			proxied, direct, proxies := cc.open(t)
+			busA, busB := busPair(t)
+			const entryTTL = 2 * time.Second
+			serve := func(b lock.Backend, bus *event.Bus) *instance {
+				srv := server.New(server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				svc, err := lock.NewService(lock.Config{
+					Backends: map[string]lock.Backend{cc.name: b}, Registerer: srv.Registry(), Recheck: -1, FairEntryTTL: entryTTL, Events: bus,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
+				url, stop := testenv.Serve(t, srv)
+				return &instance{url: url, client: client.New(url), stop: stop}
+			}
+			doomed := serve(proxied, busA)
+			survivor := serve(direct, busB)
+			const key, ttl = "fair-dead", 30 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			holder := must(acquireWithin(ctx, survivor.client, key, ttl))(t)
+			go acquireFair(ctx, doomed.client, key, ttl, time.Minute) //nolint:errcheck // it dies with its instance
+			inLine(t, cc.name, 1, doomed, survivor)
+			got := make(chan error, 1)
+			go func() {
+				res, err := acquireFair(ctx, survivor.client, key, ttl, time.Minute)
+				if err == nil && !res.GetAcquired() {
+					err = fmt.Errorf("not acquired: %v", res.GetHolder())
+				}
+				got <- err
+			}()
+			inLine(t, cc.name, 2, doomed, survivor)
+			for _, p := range proxies {
+				p.Cut() // the doomed instance can no longer leave the line
+			}
+			doomed.stop()
+			must(survivor.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: holder.GetOwner(), FencingToken: holder.GetFencingToken()}))(t)
+			released := time.Now()
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("the live waiter: %v", err)
+				}
+				t.Logf("the live waiter got the lock %v after the release", time.Since(released))
+			case <-time.After(20 * time.Second):
+				t.Fatal("the live waiter did not get the lock within 20s: the dead instance's entry was never skipped")
+			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
-		url, stop := testenv.Serve(t, srv)
-		return &instance{url: url, client: client.New(url), stop: stop}
-	}
-	doomed := serve(redislock.New(testenv.Redis(t, proxy.Addr()), prefix), busA)
-	survivor := serve(redislock.New(testenv.Redis(t, ""), prefix), busB)
-	const key, ttl = "fair-dead", 30 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	holder := must(acquireWithin(ctx, survivor.client, key, ttl))(t)
-	go acquireFair(ctx, doomed.client, key, ttl, time.Minute) //nolint:errcheck // it dies with its instance
-	inLine(t, "redis", 1, doomed, survivor)
-	got := make(chan error, 1)
-	go func() {
-		res, err := acquireFair(ctx, survivor.client, key, ttl, time.Minute)
-		if err == nil && !res.GetAcquired() {
-			err = fmt.Errorf("not acquired: %v", res.GetHolder())
-		}
-		got <- err
-	}()
-	inLine(t, "redis", 2, doomed, survivor)
-	proxy.Cut() // the doomed instance can no longer leave the line
-	doomed.stop()
-	must(survivor.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: holder.GetOwner(), FencingToken: holder.GetFencingToken()}))(t)
-	released := time.Now()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("the live waiter: %v", err)
-		}
-		t.Logf("the live waiter got the lock %v after the release", time.Since(released))
-	case <-time.After(20 * time.Second):
-		t.Fatal("the live waiter did not get the lock within 20s: the dead instance's entry was never skipped")
 	}
 }
 
@@ -224,8 +231,8 @@ func TestFairDeadInstanceSkipped(t *testing.T) {
 func TestFairRefusedWithoutLine(t *testing.T) {
 	t.Parallel()
 	for _, bc := range backends {
-		if bc.name == "redis" || bc.name == "zookeeper" {
-			continue // they serve it
+		if bc.name != "redlock" {
+			continue // the others serve it
 		}
 		t.Run(bc.name, func(t *testing.T) {
 			t.Parallel()

@@ -15,7 +15,10 @@ type Dialect struct {
 	// coordkit_lock_leases(scope, lock_key, owner, hold_count, fencing_token, expires_at,
 	// ttl_ms) with the primary key (scope, lock_key), the unique key that makes two holders
 	// impossible, and an index on (scope, expires_at) for the janitor; and
-	// coordkit_lock_fences(scope, bucket, fence_floor) with the primary key (scope, bucket).
+	// coordkit_lock_fences(scope, bucket, fence_floor) with the primary key (scope, bucket);
+	// and coordkit_lock_waiters(scope, lock_key, owner, arrival, deadline), fair mode's lines,
+	// with the primary key (scope, lock_key, owner) and indexes on (scope, lock_key, arrival)
+	// and (scope, deadline).
 	Schema []string
 	// TableExists counts the tables named by its one parameter (0 or 1).
 	TableExists string
@@ -61,6 +64,16 @@ var SQLite = Dialect{
 		fence_floor INTEGER NOT NULL DEFAULT 0,
 		PRIMARY KEY (scope, bucket)
 	) WITHOUT ROWID`,
+		`CREATE TABLE IF NOT EXISTS coordkit_lock_waiters (
+		scope    TEXT    NOT NULL,
+		lock_key TEXT    NOT NULL,
+		owner    TEXT    NOT NULL,
+		arrival  INTEGER NOT NULL,
+		deadline INTEGER NOT NULL,
+		PRIMARY KEY (scope, lock_key, owner)
+	) WITHOUT ROWID`,
+		`CREATE INDEX IF NOT EXISTS coordkit_lock_waiters_line ON coordkit_lock_waiters (scope, lock_key, arrival)`,
+		`CREATE INDEX IF NOT EXISTS coordkit_lock_waiters_deadline ON coordkit_lock_waiters (scope, deadline)`,
 	},
 	TableExists: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
 	// SQLite's clock is whole milliseconds, which 'subsec' turns into a floating-point
@@ -94,6 +107,16 @@ var MySQL = Dialect{
 		bucket      INT UNSIGNED    NOT NULL,
 		fence_floor BIGINT UNSIGNED NOT NULL DEFAULT 0,
 		PRIMARY KEY (scope, bucket)
+	) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS coordkit_lock_waiters (
+		scope    VARBINARY(64)  NOT NULL,
+		lock_key VARBINARY(512) NOT NULL,
+		owner    VARBINARY(128) NOT NULL,
+		arrival  BIGINT         NOT NULL,
+		deadline BIGINT         NOT NULL,
+		PRIMARY KEY (scope, lock_key, owner),
+		INDEX coordkit_lock_waiters_line (scope, lock_key, arrival),
+		INDEX coordkit_lock_waiters_deadline (scope, deadline)
 	) ENGINE=InnoDB`,
 	},
 	TableExists:  "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",

@@ -14,10 +14,20 @@ import (
 const reclaimBatch = 64
 
 // Reclaim deletes the scope's reclaimable rows (expired leases, free rows past their
-// keep-free period, abandoned placeholders), raising the fence floors, and returns how many
+// keep-free period, abandoned placeholders, fair waiters' entries long lapsed), raising the
+// fence floors, and returns how many
 // it deleted. It runs batches until one finds fewer than a batch, and is safe to run from
 // several backends at once. The backend's janitor calls it every reclaim interval.
 func (b *Backend) Reclaim(ctx context.Context) (int, error) {
+	for attempt := 1; ; attempt++ {
+		err := b.reclaimLines(ctx)
+		if err == nil {
+			break
+		}
+		if !b.retryable(ctx, err) || attempt == maxRetries {
+			return 0, lock.Unavailable(ctx, b.d.Name, err)
+		}
+	}
 	total, victim := 0, 0
 	for {
 		n, candidates, err := b.reclaimBatch(ctx)

@@ -187,35 +187,55 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 	ttlMs := ceilMillis(ttl)
 	var att lock.Attempt
 	take := func(tx *sql.Tx, r row) (*row, error) {
-		switch {
-		case !r.held(): // free, released or expired: take it over with a new token
-			token := r.token + 1
-			if r.token == 0 {
-				first, err := b.nextToken(ctx, tx, key)
-				if err != nil {
-					return nil, dbError{err}
-				}
-				token = first
-			}
-			att = lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: token, HoldCount: 1}}
-			return &row{owner: owner, holds: 1, token: token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
-		case r.owner == owner: // re-entry
-			if r.holds >= lock.MaxHoldCount {
-				return nil, lock.ErrHoldLimit
-			}
-			att = lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds + 1}}
-			return &row{owner: owner, holds: r.holds + 1, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
-		default:
+		if r.held() && r.owner != owner {
 			att = lock.Attempt{Holder: r.state()}
 			return nil, nil
 		}
+		next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
+		att = granted
+		return next, err
 	}
-	// The row may be deleted between the read that found it and the transaction (a free
-	// row past its keep-free period), or, rarely, between a separate insert and the
-	// transaction: a placeholder is kept for at least a second, so another acquirer must
-	// have taken it, released it and seen it reclaimed meanwhile. Each round that finds no
-	// row is such progress of others; the rounds are bounded in case a caller without a
-	// deadline is unlucky forever.
+	if err := b.takeRow(ctx, key, found, take); err != nil {
+		return lock.Attempt{}, err
+	}
+	if att.Acquired {
+		att.Lease.ExpiresAt = start.Add(ttl)
+	}
+	return att, nil
+}
+
+// grant gives owner the lock in the transaction holding r, key's row: a free, released or
+// expired lock is taken over with a new token, one owner holds is re-entered. It returns the
+// row to write back and the caller's lease (without ExpiresAt, which the caller measures).
+func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner string, r row, ttlMs int64) (*row, lock.Attempt, error) {
+	if r.held() { // owner's: re-entry
+		if r.holds >= lock.MaxHoldCount {
+			return nil, lock.Attempt{}, lock.ErrHoldLimit
+		}
+		att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds + 1}}
+		return &row{owner: owner, holds: r.holds + 1, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
+	}
+	token := r.token + 1
+	if r.token == 0 {
+		first, err := b.nextToken(ctx, tx, key)
+		if err != nil {
+			return nil, lock.Attempt{}, dbError{err}
+		}
+		token = first
+	}
+	att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: token, HoldCount: 1}}
+	return &row{owner: owner, holds: 1, token: token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
+}
+
+// takeRow runs take in a transaction that holds key's row, creating the row first when the
+// key has none (found false).
+//
+// The row may be deleted between the read that found it and the transaction (a free row
+// past its keep-free period), or, rarely, between a separate insert and the transaction: a
+// placeholder is kept for at least a second, so another acquirer must have taken it,
+// released it and seen it reclaimed meanwhile. Each round that finds no row is such progress
+// of others; the rounds are bounded in case a caller without a deadline is unlucky forever.
+func (b *Backend) takeRow(ctx context.Context, key string, found bool, take func(tx *sql.Tx, r row) (*row, error)) error {
 	for round := 1; ; round++ {
 		m := missingFails
 		switch {
@@ -224,25 +244,18 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 			m = missingInsert
 		default:
 			if err := b.createRow(ctx, key); err != nil {
-				return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, err)
+				return lock.Unavailable(ctx, b.d.Name, err)
 			}
 		}
-		err = b.inTx(ctx, key, m, take)
+		err := b.inTx(ctx, key, m, take)
 		if !errors.Is(err, errNoRow) {
-			break
+			return err
 		}
 		if round == 100 {
-			return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, fmt.Errorf("row of key %q deleted before each of %d transactions", key, round))
+			return lock.Unavailable(ctx, b.d.Name, fmt.Errorf("row of key %q deleted before each of %d transactions", key, round))
 		}
 		found = false
 	}
-	if err != nil {
-		return lock.Attempt{}, err
-	}
-	if att.Acquired {
-		att.Lease.ExpiresAt = start.Add(ttl)
-	}
-	return att, nil
 }
 
 // Release implements lock.Backend.

@@ -11,6 +11,8 @@ import (
 const (
 	leasesTable = "coordkit_lock_leases"
 	fencesTable = "coordkit_lock_fences"
+	// waitersTable holds the lines of fair waiters (see fair.go).
+	waitersTable = "coordkit_lock_waiters"
 	// legacyTable is where versions before the fence floors kept every key's row forever.
 	legacyTable = "coordkit_locks"
 )
@@ -59,7 +61,7 @@ func (b *Backend) migrate(ctx context.Context) error {
 // hands out fencing tokens from 1 again, and one running meanwhile fails the first acquire
 // of every key without a row.
 func DropScope(ctx context.Context, db *sql.DB, scope string) error {
-	for _, table := range []string{leasesTable, fencesTable} {
+	for _, table := range []string{leasesTable, fencesTable, waitersTable} {
 		if _, err := db.ExecContext(ctx, "DELETE FROM "+table+" WHERE scope = ?", scope); err != nil {
 			return fmt.Errorf("sqllock: drop scope %q: %w", scope, err)
 		}

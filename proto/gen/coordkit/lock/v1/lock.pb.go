@@ -293,9 +293,10 @@ type AcquireRequest struct {
 	Owner string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
 	// First come, first served: with wait > 0 the caller takes its place in a line kept in
 	// the backend, across every instance, and gets the lock only when every waiter that came
-	// before it got it or gave up. Supported by redis and zookeeper (whose waiters always
-	// queue); other backends answer invalid_argument naming fair. A re-entry by the holder is
-	// never queued, and a try (wait 0) never queues.
+	// before it got it or gave up. Supported by redis, mysql, sqlite and zookeeper (whose
+	// waiters always queue); redlock answers invalid_argument naming fair. A re-entry by the
+	// holder is never queued, and a try (wait 0) never queues. Fairness is among fair
+	// acquires: a non-fair Acquire may take a free lock ahead of the line.
 	Fair          bool `protobuf:"varint,6,opt,name=fair,proto3" json:"fair,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

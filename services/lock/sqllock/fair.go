@@ -1,0 +1,151 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// Fair mode keeps a line of waiters per key in coordkit_lock_waiters(scope, lock_key, owner,
+// arrival, deadline): arrival orders the line, deadline (database clock, Unix ms) is the
+// entry's lease. Every change to a key's line happens in a transaction that holds the key's
+// lease row, so the line needs no locks of its own; the janitor deletes entries long past
+// their deadline that no attempt on their key purged.
+
+var _ lock.QueueBackend = (*Backend)(nil)
+
+// TryAcquireFair implements lock.QueueBackend: one transaction purges the line's lapsed
+// entries, takes the lock for owner when it is free and owner is first (or the line is
+// empty), or keeps owner's place with its entry's deadline renewed.
+func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, entryTTL time.Duration) (lock.Attempt, error) {
+	start := time.Now()
+	if b.slots != nil {
+		select {
+		case b.slots <- struct{}{}:
+			defer func() { <-b.slots }()
+		case <-ctx.Done():
+			return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, ctx.Err())
+		}
+	}
+	_, found, err := b.peek(ctx, key)
+	if err != nil {
+		return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, err)
+	}
+	ttlMs, entryMs := ceilMillis(ttl), ceilMillis(entryTTL)
+	var att lock.Attempt
+	take := func(tx *sql.Tx, r row) (*row, error) {
+		if r.held() && r.owner == owner { // a re-entry never queues
+			next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
+			if err == nil {
+				err = b.leaveLine(ctx, tx, key, owner)
+			}
+			att = granted
+			return next, err
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+waitersTable+
+			" WHERE scope = ? AND lock_key = ? AND deadline < ?", b.scope, key, r.now); err != nil {
+			return nil, dbError{err}
+		}
+		var first string
+		err := tx.QueryRowContext(ctx, "SELECT owner FROM "+waitersTable+
+			" WHERE scope = ? AND lock_key = ? ORDER BY arrival LIMIT 1", b.scope, key).Scan(&first)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, dbError{err}
+		}
+		if !r.held() && (first == "" || first == owner) {
+			next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
+			if err == nil {
+				err = b.leaveLine(ctx, tx, key, owner)
+			}
+			att = granted
+			return next, err
+		}
+		arrival, err := b.stayInLine(ctx, tx, key, owner, r.now, entryMs)
+		if err != nil {
+			return nil, err
+		}
+		var ahead int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+waitersTable+
+			" WHERE scope = ? AND lock_key = ? AND arrival < ?", b.scope, key, arrival).Scan(&ahead); err != nil {
+			return nil, dbError{err}
+		}
+		att = lock.Attempt{Holder: r.state(), Place: ahead + 1, Arrival: arrival}
+		return nil, nil
+	}
+	if err := b.takeRow(ctx, key, found, take); err != nil {
+		return lock.Attempt{}, err
+	}
+	if att.Acquired {
+		att.Lease.ExpiresAt = start.Add(ttl)
+	}
+	return att, nil
+}
+
+// stayInLine renews owner's entry in key's line, or adds it at the end, and returns its
+// arrival. Arrivals rise with the database clock (in microsecond steps) and past every
+// entry's, so they keep their order when a line empties and fills again.
+func (b *Backend) stayInLine(ctx context.Context, tx *sql.Tx, key, owner string, now, entryMs int64) (int64, error) {
+	var arrival int64
+	err := tx.QueryRowContext(ctx, "SELECT arrival FROM "+waitersTable+
+		" WHERE scope = ? AND lock_key = ? AND owner = ?", b.scope, key, owner).Scan(&arrival)
+	switch {
+	case err == nil:
+		if _, err := tx.ExecContext(ctx, "UPDATE "+waitersTable+" SET deadline = ?"+
+			" WHERE scope = ? AND lock_key = ? AND owner = ?", now+entryMs, b.scope, key, owner); err != nil {
+			return 0, dbError{err}
+		}
+		return arrival, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return 0, dbError{err}
+	}
+	var last sql.NullInt64
+	if err := tx.QueryRowContext(ctx, "SELECT MAX(arrival) FROM "+waitersTable+
+		" WHERE scope = ? AND lock_key = ?", b.scope, key).Scan(&last); err != nil {
+		return 0, dbError{err}
+	}
+	arrival = max(last.Int64+1, now*1000)
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+waitersTable+" (scope, lock_key, owner, arrival, deadline)"+
+		" VALUES (?, ?, ?, ?, ?)", b.scope, key, owner, arrival, now+entryMs); err != nil {
+		return 0, dbError{err}
+	}
+	return arrival, nil
+}
+
+// leaveLine deletes owner's entry from key's line inside tx.
+func (b *Backend) leaveLine(ctx context.Context, tx *sql.Tx, key, owner string) error {
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+waitersTable+
+		" WHERE scope = ? AND lock_key = ? AND owner = ?", b.scope, key, owner); err != nil {
+		return dbError{err}
+	}
+	return nil
+}
+
+// LeaveQueue implements lock.QueueBackend. It deletes owner's entry on its own: the line's
+// order does not depend on it, so it needs no lock on the key's row.
+func (b *Backend) LeaveQueue(ctx context.Context, key, owner string) error {
+	for attempt := 1; ; attempt++ {
+		_, err := b.db.ExecContext(ctx, "DELETE FROM "+waitersTable+
+			" WHERE scope = ? AND lock_key = ? AND owner = ?", b.scope, key, owner)
+		if err == nil {
+			return nil
+		}
+		if !b.retryable(ctx, err) || attempt == maxRetries {
+			return lock.Unavailable(ctx, b.d.Name, err)
+		}
+	}
+}
+
+// lapsedEntryGrace is how long past its deadline a waiter's entry stays before the janitor
+// deletes it: attempts on the key purge lapsed entries themselves, the janitor only the
+// lines nobody waits in any more.
+const lapsedEntryGrace = time.Minute
+
+// reclaimLines deletes the scope's entries long past their deadline.
+func (b *Backend) reclaimLines(ctx context.Context) error {
+	_, err := b.db.ExecContext(ctx, "DELETE FROM "+waitersTable+" WHERE scope = ? AND deadline < "+
+		b.d.NowMillis+" - ?", b.scope, lapsedEntryGrace.Milliseconds())
+	return err
+}
