@@ -5,7 +5,7 @@ MODULES := proto libs services/lock services/idgen cmd/coord
 PKGS    := github.com/coordkit/coordkit/...
 BUF     := GOWORK=off go tool -modfile=../tools/go.mod buf
 
-.PHONY: run test backends lint generate check-generated vet standalone bench-lock bench-id
+.PHONY: run test backends lint generate check-generated vet standalone bench-lock bench-id bench-contend
 
 ## run: start coordkit with the embedded defaults (SQLite in ./coordkit-data), nothing to install
 run:
@@ -50,3 +50,7 @@ bench-lock: backends
 ## bench-id: the ID benchmark against bwmarrin/snowflake and google/uuid
 bench-id: backends
 	go run ./cmd/coord bench id
+
+## bench-contend: one hot key, 16 clients over 2 service instances, every backend, against go-redsync
+bench-contend: backends
+	go run ./cmd/coord bench contend

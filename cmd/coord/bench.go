@@ -14,8 +14,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return benchLock(ctx, args[1:], stdout, stderr)
 		case "id":
 			return benchID(ctx, args[1:], stdout, stderr)
+		case "contend":
+			return benchContend(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "usage: coord bench lock|id [flags]")
+	fmt.Fprintln(stderr, "usage: coord bench lock|id|contend [flags]")
 	return flag.ErrHelp
 }

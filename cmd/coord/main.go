@@ -21,6 +21,7 @@ usage:
   coord id next|decode|tags|create-tag        call the ID service
   coord bench lock [flags]                    benchmark the lock service against go-redsync
   coord bench id [flags]                      benchmark the ID service against bwmarrin/snowflake, google/uuid
+  coord bench contend [flags]                 one hot key over two instances: handoffs, waits, fairness, against go-redsync
 
 Run 'coord <command> -h' for a command's flags. Every flag falls back to a COORDKIT_* variable.
 `

@@ -42,6 +42,7 @@ var behaviours = []struct {
 	{"ReleaseScopedToLease", testReleaseScopedToLease},
 	{"Events", testEvents},
 	{"NoLostWakeup", testNoLostWakeup},
+	{"Watch", testWatch},
 }
 
 func TestConformance(t *testing.T) {

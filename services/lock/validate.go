@@ -32,16 +32,19 @@ func invalid(field, format string, args ...any) error {
 		fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 }
 
-func validateKey(key string) error {
+func validateKey(key string) error { return validateKeyField("key", key) }
+
+// validateKeyField checks a key, or a key prefix, in the request field named field.
+func validateKeyField(field, key string) error {
 	switch {
 	case key == "":
-		return invalid("key", "must not be empty")
+		return invalid(field, "must not be empty")
 	case len(key) > MaxKeyBytes:
-		return invalid("key", "is %d bytes, the limit is %d", len(key), MaxKeyBytes)
+		return invalid(field, "is %d bytes, the limit is %d", len(key), MaxKeyBytes)
 	case !utf8.ValidString(key):
-		return invalid("key", "must be valid UTF-8")
+		return invalid(field, "must be valid UTF-8")
 	case strings.IndexByte(key, 0) >= 0:
-		return invalid("key", "must not contain NUL")
+		return invalid(field, "must not contain NUL")
 	}
 	return nil
 }

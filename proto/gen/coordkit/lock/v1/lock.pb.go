@@ -791,6 +791,126 @@ func (x *InspectResponse) GetState() *LockState {
 	return nil
 }
 
+// WatchRequest names the locks to watch: exactly one of key and prefix.
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One lock's key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Every key starting with this, 1 to 512 bytes.
+	Prefix string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The backend; empty means the default.
+	Backend       string `protobuf:"bytes,3,opt,name=backend,proto3" json:"backend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+// WatchResponse is one message of a Watch stream: the state first (key watches only), then
+// events.
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock's state when the watch began; set on the first message of a key watch only.
+	State *LockState `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// An event.
+	Event         *LockEvent `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *WatchResponse) GetState() *LockState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetEvent() *LockEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // LockEvent is published on NATS after a change to a lock is committed, on the subject
 // coordkit.lock.v1.<kind>.<backend>.<key token> (kind is acquired, released or expired; see
 // the README for the key token), in its protobuf JSON form. It never carries an owner secret.
@@ -817,7 +937,7 @@ type LockEvent struct {
 
 func (x *LockEvent) Reset() {
 	*x = LockEvent{}
-	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +949,7 @@ func (x *LockEvent) String() string {
 func (*LockEvent) ProtoMessage() {}
 
 func (x *LockEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +962,7 @@ func (x *LockEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEvent.ProtoReflect.Descriptor instead.
 func (*LockEvent) Descriptor() ([]byte, []int) {
-	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LockEvent) GetKey() string {
@@ -949,7 +1069,14 @@ const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\"D\n" +
 	"\x0fInspectResponse\x121\n" +
-	"\x05state\x18\x01 \x01(\v2\x1b.coordkit.lock.v1.LockStateR\x05state\"\x99\x02\n" +
+	"\x05state\x18\x01 \x01(\v2\x1b.coordkit.lock.v1.LockStateR\x05state\"R\n" +
+	"\fWatchRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x18\n" +
+	"\abackend\x18\x03 \x01(\tR\abackend\"u\n" +
+	"\rWatchResponse\x121\n" +
+	"\x05state\x18\x01 \x01(\v2\x1b.coordkit.lock.v1.LockStateR\x05state\x121\n" +
+	"\x05event\x18\x02 \x01(\v2\x1b.coordkit.lock.v1.LockEventR\x05event\"\x99\x02\n" +
 	"\tLockEvent\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x123\n" +
@@ -963,12 +1090,13 @@ const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\x1bLOCK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_EVENT_KIND_ACQUIRED\x10\x01\x12\x1c\n" +
 	"\x18LOCK_EVENT_KIND_RELEASED\x10\x02\x12\x1b\n" +
-	"\x17LOCK_EVENT_KIND_EXPIRED\x10\x032\xcf\x02\n" +
+	"\x17LOCK_EVENT_KIND_EXPIRED\x10\x032\x9d\x03\n" +
 	"\vLockService\x12P\n" +
 	"\aAcquire\x12 .coordkit.lock.v1.AcquireRequest\x1a!.coordkit.lock.v1.AcquireResponse\"\x00\x12P\n" +
 	"\aRelease\x12 .coordkit.lock.v1.ReleaseRequest\x1a!.coordkit.lock.v1.ReleaseResponse\"\x00\x12J\n" +
 	"\x05Renew\x12\x1e.coordkit.lock.v1.RenewRequest\x1a\x1f.coordkit.lock.v1.RenewResponse\"\x00\x12P\n" +
-	"\aInspect\x12 .coordkit.lock.v1.InspectRequest\x1a!.coordkit.lock.v1.InspectResponse\"\x00B\xc3\x01\n" +
+	"\aInspect\x12 .coordkit.lock.v1.InspectRequest\x1a!.coordkit.lock.v1.InspectResponse\"\x00\x12L\n" +
+	"\x05Watch\x12\x1e.coordkit.lock.v1.WatchRequest\x1a\x1f.coordkit.lock.v1.WatchResponse\"\x000\x01B\xc3\x01\n" +
 	"\x14com.coordkit.lock.v1B\tLockProtoP\x01Z>github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1;lockv1\xa2\x02\x03CLX\xaa\x02\x10Coordkit.Lock.V1\xca\x02\x10Coordkit\\Lock\\V1\xe2\x02\x1cCoordkit\\Lock\\V1\\GPBMetadata\xea\x02\x12Coordkit::Lock::V1b\x06proto3"
 
 var (
@@ -984,7 +1112,7 @@ func file_coordkit_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_coordkit_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordkit_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_coordkit_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_coordkit_lock_v1_lock_proto_goTypes = []any{
 	(LockEventKind)(0),            // 0: coordkit.lock.v1.LockEventKind
 	(*Lease)(nil),                 // 1: coordkit.lock.v1.Lease
@@ -997,36 +1125,42 @@ var file_coordkit_lock_v1_lock_proto_goTypes = []any{
 	(*RenewResponse)(nil),         // 8: coordkit.lock.v1.RenewResponse
 	(*InspectRequest)(nil),        // 9: coordkit.lock.v1.InspectRequest
 	(*InspectResponse)(nil),       // 10: coordkit.lock.v1.InspectResponse
-	(*LockEvent)(nil),             // 11: coordkit.lock.v1.LockEvent
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*WatchRequest)(nil),          // 11: coordkit.lock.v1.WatchRequest
+	(*WatchResponse)(nil),         // 12: coordkit.lock.v1.WatchResponse
+	(*LockEvent)(nil),             // 13: coordkit.lock.v1.LockEvent
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
 }
 var file_coordkit_lock_v1_lock_proto_depIdxs = []int32{
-	12, // 0: coordkit.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	12, // 1: coordkit.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
-	13, // 2: coordkit.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	13, // 3: coordkit.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	14, // 0: coordkit.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	14, // 1: coordkit.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	15, // 2: coordkit.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	15, // 3: coordkit.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 4: coordkit.lock.v1.AcquireResponse.lease:type_name -> coordkit.lock.v1.Lease
 	2,  // 5: coordkit.lock.v1.AcquireResponse.holder:type_name -> coordkit.lock.v1.LockState
-	13, // 6: coordkit.lock.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	15, // 6: coordkit.lock.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 7: coordkit.lock.v1.RenewResponse.lease:type_name -> coordkit.lock.v1.Lease
 	2,  // 8: coordkit.lock.v1.InspectResponse.state:type_name -> coordkit.lock.v1.LockState
-	0,  // 9: coordkit.lock.v1.LockEvent.kind:type_name -> coordkit.lock.v1.LockEventKind
-	12, // 10: coordkit.lock.v1.LockEvent.expires_at:type_name -> google.protobuf.Timestamp
-	12, // 11: coordkit.lock.v1.LockEvent.time:type_name -> google.protobuf.Timestamp
-	3,  // 12: coordkit.lock.v1.LockService.Acquire:input_type -> coordkit.lock.v1.AcquireRequest
-	5,  // 13: coordkit.lock.v1.LockService.Release:input_type -> coordkit.lock.v1.ReleaseRequest
-	7,  // 14: coordkit.lock.v1.LockService.Renew:input_type -> coordkit.lock.v1.RenewRequest
-	9,  // 15: coordkit.lock.v1.LockService.Inspect:input_type -> coordkit.lock.v1.InspectRequest
-	4,  // 16: coordkit.lock.v1.LockService.Acquire:output_type -> coordkit.lock.v1.AcquireResponse
-	6,  // 17: coordkit.lock.v1.LockService.Release:output_type -> coordkit.lock.v1.ReleaseResponse
-	8,  // 18: coordkit.lock.v1.LockService.Renew:output_type -> coordkit.lock.v1.RenewResponse
-	10, // 19: coordkit.lock.v1.LockService.Inspect:output_type -> coordkit.lock.v1.InspectResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	2,  // 9: coordkit.lock.v1.WatchResponse.state:type_name -> coordkit.lock.v1.LockState
+	13, // 10: coordkit.lock.v1.WatchResponse.event:type_name -> coordkit.lock.v1.LockEvent
+	0,  // 11: coordkit.lock.v1.LockEvent.kind:type_name -> coordkit.lock.v1.LockEventKind
+	14, // 12: coordkit.lock.v1.LockEvent.expires_at:type_name -> google.protobuf.Timestamp
+	14, // 13: coordkit.lock.v1.LockEvent.time:type_name -> google.protobuf.Timestamp
+	3,  // 14: coordkit.lock.v1.LockService.Acquire:input_type -> coordkit.lock.v1.AcquireRequest
+	5,  // 15: coordkit.lock.v1.LockService.Release:input_type -> coordkit.lock.v1.ReleaseRequest
+	7,  // 16: coordkit.lock.v1.LockService.Renew:input_type -> coordkit.lock.v1.RenewRequest
+	9,  // 17: coordkit.lock.v1.LockService.Inspect:input_type -> coordkit.lock.v1.InspectRequest
+	11, // 18: coordkit.lock.v1.LockService.Watch:input_type -> coordkit.lock.v1.WatchRequest
+	4,  // 19: coordkit.lock.v1.LockService.Acquire:output_type -> coordkit.lock.v1.AcquireResponse
+	6,  // 20: coordkit.lock.v1.LockService.Release:output_type -> coordkit.lock.v1.ReleaseResponse
+	8,  // 21: coordkit.lock.v1.LockService.Renew:output_type -> coordkit.lock.v1.RenewResponse
+	10, // 22: coordkit.lock.v1.LockService.Inspect:output_type -> coordkit.lock.v1.InspectResponse
+	12, // 23: coordkit.lock.v1.LockService.Watch:output_type -> coordkit.lock.v1.WatchResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_lock_v1_lock_proto_init() }
@@ -1040,7 +1174,7 @@ func file_coordkit_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_lock_v1_lock_proto_rawDesc), len(file_coordkit_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

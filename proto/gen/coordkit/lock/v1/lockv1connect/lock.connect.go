@@ -43,6 +43,8 @@ const (
 	LockServiceRenewProcedure = "/coordkit.lock.v1.LockService/Renew"
 	// LockServiceInspectProcedure is the fully-qualified name of the LockService's Inspect RPC.
 	LockServiceInspectProcedure = "/coordkit.lock.v1.LockService/Inspect"
+	// LockServiceWatchProcedure is the fully-qualified name of the LockService's Watch RPC.
+	LockServiceWatchProcedure = "/coordkit.lock.v1.LockService/Watch"
 )
 
 // LockServiceClient is a client for the coordkit.lock.v1.LockService service.
@@ -59,6 +61,13 @@ type LockServiceClient interface {
 	Renew(context.Context, *v1.RenewRequest) (*v1.RenewResponse, error)
 	// Inspect reports the current state of a lock without its owner secret.
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
+	// Watch streams a lock's events as this instance receives them from NATS: for one key the
+	// first message is its current state, then one message per event; for a prefix, the
+	// events of every key starting with it. A watcher that falls behind (256 events unread)
+	// has its stream ended with resource_exhausted, so it never slows publishers or other
+	// watchers; events are hints (NATS delivers at most once), the state is in Inspect. An
+	// instance without events answers failed_precondition.
+	Watch(context.Context, *v1.WatchRequest) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the coordkit.lock.v1.LockService service. By
@@ -96,6 +105,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("Inspect")),
 			connect.WithClientOptions(opts...),
 		),
+		watch: connect.NewClient[v1.WatchRequest, v1.WatchResponse](
+			httpClient,
+			baseURL+LockServiceWatchProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Watch")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -105,6 +120,7 @@ type lockServiceClient struct {
 	release *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	renew   *connect.Client[v1.RenewRequest, v1.RenewResponse]
 	inspect *connect.Client[v1.InspectRequest, v1.InspectResponse]
+	watch   *connect.Client[v1.WatchRequest, v1.WatchResponse]
 }
 
 // Acquire calls coordkit.lock.v1.LockService.Acquire.
@@ -143,6 +159,11 @@ func (c *lockServiceClient) Inspect(ctx context.Context, req *v1.InspectRequest)
 	return nil, err
 }
 
+// Watch calls coordkit.lock.v1.LockService.Watch.
+func (c *lockServiceClient) Watch(ctx context.Context, req *v1.WatchRequest) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
+	return c.watch.CallServerStream(ctx, connect.NewRequest(req))
+}
+
 // LockServiceHandler is an implementation of the coordkit.lock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire takes the lock, or re-enters it when the same owner already holds it (the hold
@@ -157,6 +178,13 @@ type LockServiceHandler interface {
 	Renew(context.Context, *v1.RenewRequest) (*v1.RenewResponse, error)
 	// Inspect reports the current state of a lock without its owner secret.
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
+	// Watch streams a lock's events as this instance receives them from NATS: for one key the
+	// first message is its current state, then one message per event; for a prefix, the
+	// events of every key starting with it. A watcher that falls behind (256 events unread)
+	// has its stream ended with resource_exhausted, so it never slows publishers or other
+	// watchers; events are hints (NATS delivers at most once), the state is in Inspect. An
+	// instance without events answers failed_precondition.
+	Watch(context.Context, *v1.WatchRequest, *connect.ServerStream[v1.WatchResponse]) error
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -190,6 +218,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("Inspect")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceWatchHandler := connect.NewServerStreamHandlerSimple(
+		LockServiceWatchProcedure,
+		svc.Watch,
+		connect.WithSchema(lockServiceMethods.ByName("Watch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/coordkit.lock.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -200,6 +234,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceRenewHandler.ServeHTTP(w, r)
 		case LockServiceInspectProcedure:
 			lockServiceInspectHandler.ServeHTTP(w, r)
+		case LockServiceWatchProcedure:
+			lockServiceWatchHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -223,4 +259,8 @@ func (UnimplementedLockServiceHandler) Renew(context.Context, *v1.RenewRequest) 
 
 func (UnimplementedLockServiceHandler) Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.lock.v1.LockService.Inspect is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Watch(context.Context, *v1.WatchRequest, *connect.ServerStream[v1.WatchResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.lock.v1.LockService.Watch is not implemented"))
 }
