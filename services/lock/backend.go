@@ -75,6 +75,10 @@ type Attempt struct {
 	// Arrival orders fair waiters: the backend's number for owner's entry, lower first;
 	// 0 outside fair mode.
 	Arrival int64
+	// Raced says the attempt lost a race rather than met a holder for sure (Redlock: no
+	// owner on a majority of nodes), so no release event may follow: a waiter tries again
+	// after a short backoff instead of waiting for one.
+	Raced bool
 }
 
 // Backend is one lock engine. Every method is a single atomic step on the engine: no method

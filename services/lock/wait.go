@@ -130,7 +130,7 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, p acquire
 		if lastErr != nil {
 			err = retryBackoff.wait(ctx, failures, until)
 		} else {
-			err = s.await(ctx, w, last.Holder, queue != nil, attempt, until)
+			err = s.await(ctx, w, last, queue != nil, attempt, until)
 		}
 		if err != nil {
 			return done(Attempt{}, err, attempt)
@@ -260,12 +260,18 @@ func (sl slots) put() { <-sl }
 //
 // A fair waiter also tries every third of its entry's lease, which renews its place in the
 // backend's line; while it waits, a free lock is someone else's turn.
-func (s *Service) await(ctx context.Context, w *waiter, holder State, fair bool, attempt int, until time.Time) error {
+func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool, attempt int, until time.Time) error {
+	holder := last.Holder
 	next := until
 	if h := holder.ExpiresAt; holder.Held && h.Before(next) {
 		next = h
 	}
 	changed := s.push.next()
+	if !fair && (!holder.Held || last.Raced) {
+		// The lock was free yet not ours (another try took it between our read and write),
+		// or tries split Redlock's nodes: no release may announce the next chance.
+		return pollBackoff.wait(ctx, attempt, next)
+	}
 	var renew <-chan time.Time
 	if fair {
 		t := time.NewTimer(s.entryTTL / 3)

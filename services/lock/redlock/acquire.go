@@ -130,7 +130,11 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 			hs.add(a.owner, n.fence, n.count-1, n.pttl)
 		}
 	}
-	return lock.Attempt{Holder: hs.top().state(q)}, nil
+	top := hs.top()
+	// With no owner on a majority, tries split the nodes (or a holder stands on nodes that
+	// did not answer): a waiter tries again soon rather than wait for a release event that
+	// may never come.
+	return lock.Attempt{Holder: top.state(q), Raced: len(top.counts) < q}, nil
 }
 
 // firstRound runs acquireScript on every node.
