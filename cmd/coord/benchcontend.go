@@ -35,6 +35,16 @@ const contendPeer = targetRedsync
 // connection), so that a backend that is down is skipped instead of waited for.
 const contendStartTimeout = 15 * time.Second
 
+// Fair targets of `coord bench contend`: their service target with every Acquire fair.
+const (
+	targetServiceRedisFair  = targetServiceRedis + fairSuffix
+	targetServiceMySQLFair  = targetServiceMySQL + fairSuffix
+	targetServiceSQLiteFair = targetServiceSQLite + fairSuffix
+)
+
+// fairSuffix ends the name of a target whose Acquires set AcquireRequest.Fair.
+const fairSuffix = "/fair"
+
 // redsyncMinDelay is go-redsync's shortest default pause between two tries (50–250ms).
 const redsyncMinDelay = 50 * time.Millisecond
 
@@ -55,12 +65,21 @@ type contendConfig struct {
 	asJSON    bool
 }
 
-// contendTargets lists every target of `coord bench contend` in the order they run.
+// contendTargets lists every target of `coord bench contend` in the order they run, each
+// fair target right after its non-fair one.
 func contendTargets() []string {
 	return []string{
-		targetServiceRedis, targetRedsync, targetServiceRedlock,
-		targetServiceZooKeeper, targetServiceMySQL, targetServiceSQLite,
+		targetServiceRedis, targetServiceRedisFair, targetRedsync, targetServiceRedlock,
+		targetServiceZooKeeper, targetServiceMySQL, targetServiceMySQLFair,
+		targetServiceSQLite, targetServiceSQLiteFair,
 	}
+}
+
+// contendBackend returns the service target's plain target (service/<backend>), its backend
+// name, and whether its Acquires are fair.
+func contendBackend(target string) (plain, backend string, fair bool) {
+	plain, fair = strings.CutSuffix(target, fairSuffix)
+	return plain, strings.TrimPrefix(plain, "service/"), fair
 }
 
 // parseContendFlags parses and checks the flags of `coord bench contend`.
@@ -117,9 +136,9 @@ func parseContendFlags(args []string, stderr io.Writer) (contendConfig, error) {
 
 // benchContend implements `coord bench contend`: clients spread over service instances all
 // take turns on ONE key (acquire with a server-side wait, hold, release), on every selected
-// target one after another, and it prints handoffs/s, the wait to get the lock, how evenly
-// the clients were served, errors and any breach of mutual exclusion, next to go-redsync
-// polling the same Redis.
+// target one after another (a …/fair target acquires in fair mode), and it prints handoffs/s,
+// the wait to get the lock, how evenly the clients were served, errors and any breach of
+// mutual exclusion, next to go-redsync polling the same Redis.
 func benchContend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseContendFlags(args, stderr)
 	if err != nil {
@@ -192,14 +211,14 @@ func openContendTarget(startCtx, ctx context.Context, cfg contendConfig, target,
 	if err != nil {
 		return nil, nil, err
 	}
-	backend := strings.TrimPrefix(target, "service/")
+	_, backend, fair := contendBackend(target)
 	clients := make([]*client.Client, len(urls))
 	for i, u := range urls {
 		clients[i] = client.New(u)
 	}
 	locks := make([]contendLock, cfg.clients)
 	for i := range locks {
-		locks[i] = serviceContendLock(clients[i%len(clients)], backend, key, cfg.wait)
+		locks[i] = serviceContendLock(clients[i%len(clients)], backend, fair, key, cfg.wait)
 	}
 	return locks, stop, nil
 }
@@ -223,7 +242,8 @@ func startContendInstances(startCtx, ctx context.Context, cfg contendConfig, tar
 		return errors.Join(append(errs, os.RemoveAll(dir))...)
 	}
 	common := []string{"--data-dir", dir, "--log-level", "warn"}
-	switch target {
+	plain, _, _ := contendBackend(target)
+	switch plain {
 	case targetServiceRedis:
 		common = append(common, "--redis-addr", cfg.redisAddr)
 	case targetServiceRedlock:
@@ -298,12 +318,12 @@ func freeLoopbackAddr() (string, error) {
 	return addr, ln.Close()
 }
 
-// serviceContendLock acquires key through the service with a server-side wait and releases
-// exactly the lease it got (owner and fencing token).
-func serviceContendLock(c *client.Client, backend, key string, wait time.Duration) contendLock {
+// serviceContendLock acquires key through the service with a server-side wait, in fair mode
+// when fair is set, and releases exactly the lease it got (owner and fencing token).
+func serviceContendLock(c *client.Client, backend string, fair bool, key string, wait time.Duration) contendLock {
 	ttl, waitpb := durationpb.New(benchTTL), durationpb.New(wait)
 	return func(ctx context.Context) (uint64, func(context.Context) error, error) {
-		res, err := c.Locks().Acquire(ctx, &lockv1.AcquireRequest{Key: key, Backend: backend, Ttl: ttl, Wait: waitpb})
+		res, err := c.Locks().Acquire(ctx, &lockv1.AcquireRequest{Key: key, Backend: backend, Ttl: ttl, Wait: waitpb, Fair: fair})
 		if err != nil {
 			return 0, nil, fmt.Errorf("acquire: %w", err)
 		}

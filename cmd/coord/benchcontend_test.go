@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,10 +15,11 @@ import (
 
 // TestBenchContendSQLite runs `coord bench contend` briefly on the embedded backend, which
 // needs nothing installed, so that the program cannot rot: two instances sharing one SQLite
-// file, sixteen clients on one key, every handoff exclusive.
+// file, sixteen clients on one key, every handoff exclusive, plain and in fair mode.
 func TestBenchContendSQLite(t *testing.T) {
 	t.Parallel()
-	out, err := coord(t, "bench", "contend", "--targets", "service/sqlite", "--duration", "1s", "--warmup", "200ms", "--json")
+	targets := []string{targetServiceSQLite, targetServiceSQLiteFair}
+	out, err := coord(t, "bench", "contend", "--targets", strings.Join(targets, ","), "--duration", "1s", "--warmup", "200ms", "--json")
 	if err != nil {
 		t.Fatalf("bench contend: %v\n%s", err, out)
 	}
@@ -27,18 +29,61 @@ func TestBenchContendSQLite(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("bench contend --json printed %q: %v", out, err)
 	}
-	if len(report.Results) != 1 {
-		t.Fatalf("bench contend --json = %d results, want 1 (service/sqlite)\n%s", len(report.Results), out)
+	if len(report.Results) != len(targets) {
+		t.Fatalf("bench contend --json = %d results, want %d (%s)\n%s", len(report.Results), len(targets), strings.Join(targets, ", "), out)
 	}
-	r := report.Results[0]
-	if r.Target != targetServiceSQLite || r.Clients != 16 || r.Instances != 2 {
-		t.Errorf("result is %s with %d clients on %d instances, want service/sqlite, 16, 2", r.Target, r.Clients, r.Instances)
+	for i, r := range report.Results {
+		if r.Target != targets[i] || r.Clients != 16 || r.Instances != 2 {
+			t.Errorf("result %d is %s with %d clients on %d instances, want %s, 16, 2", i, r.Target, r.Clients, r.Instances, targets[i])
+		}
+		if r.Handoffs == 0 || r.WaitMax == 0 || r.ShareMax == 0 || r.ShareSpread == nil {
+			t.Errorf("%s: result %+v measured nothing, want handoffs, waits and a share spread", r.Target, r)
+		}
+		if r.Errors != 0 || r.Overlaps != 0 || r.StaleTokens != 0 {
+			t.Errorf("%s: result %+v has errors or violations, want none (first error %q, first violation %q)", r.Target, r, r.FirstError, r.FirstViolation)
+		}
 	}
-	if r.Handoffs == 0 || r.WaitMax == 0 || r.ShareMax == 0 {
-		t.Errorf("result %+v measured nothing, want handoffs and waits", r)
+}
+
+// TestContendShareSpread checks `share ±%`, the largest distance of one client's
+// acquisitions from the mean in percent of the mean, and the naming of fair targets.
+func TestContendShareSpread(t *testing.T) {
+	t.Parallel()
+	clients := func(shares ...int) []contendClient {
+		cs := make([]contendClient, len(shares))
+		for i, n := range shares {
+			cs[i].waits = make([]time.Duration, n)
+		}
+		return cs
 	}
-	if r.Errors != 0 || r.Overlaps != 0 || r.StaleTokens != 0 {
-		t.Errorf("result %+v has errors or violations, want none (first error %q, first violation %q)", r, r.FirstError, r.FirstViolation)
+	for _, tt := range []struct {
+		shares []int
+		want   float64
+	}{
+		{shares: []int{10, 10, 10, 10}, want: 0},
+		{shares: []int{8, 10, 10, 12}, want: 20},  // mean 10, farthest 2 away
+		{shares: []int{0, 10, 10, 20}, want: 100}, // mean 10, a starved client
+		{shares: []int{1, 1, 1, 5}, want: 150},    // mean 2, the greedy client 3 above it
+	} {
+		got := shareSpread(clients(tt.shares...))
+		if got == nil || math.Abs(*got-tt.want) > 1e-9 {
+			t.Errorf("shareSpread(%v) = %v, want %v", tt.shares, got, tt.want)
+		}
+	}
+	if got := shareSpread(clients(0, 0)); got != nil {
+		t.Errorf("shareSpread(0, 0) = %v, want nil (no acquisitions)", *got)
+	}
+	for target, want := range map[string][3]string{
+		targetServiceRedisFair:  {targetServiceRedis, "redis", "fair"},
+		targetServiceMySQLFair:  {targetServiceMySQL, "mysql", "fair"},
+		targetServiceSQLiteFair: {targetServiceSQLite, "sqlite", "fair"},
+		targetServiceSQLite:     {targetServiceSQLite, "sqlite", ""},
+		targetServiceZooKeeper:  {targetServiceZooKeeper, "zookeeper", ""},
+	} {
+		plain, backend, fair := contendBackend(target)
+		if plain != want[0] || backend != want[1] || fair != (want[2] == "fair") {
+			t.Errorf("contendBackend(%q) = %q, %q, %v; want %q, %q, %v", target, plain, backend, fair, want[0], want[1], want[2] == "fair")
+		}
 	}
 }
 

@@ -21,8 +21,9 @@ type contendResult struct {
 	WaitP50        time.Duration `json:"wait_p50_ns"`
 	WaitP99        time.Duration `json:"wait_p99_ns"`
 	WaitMax        time.Duration `json:"wait_max_ns"`
-	ShareMin       int           `json:"share_min"` // acquisitions of the least served client
-	ShareMax       int           `json:"share_max"` // acquisitions of the most served client
+	ShareMin       int           `json:"share_min"`        // acquisitions of the least served client
+	ShareMax       int           `json:"share_max"`        // acquisitions of the most served client
+	ShareSpread    *float64      `json:"share_spread_pct"` // share ±%: largest |a client's acquisitions − mean| ÷ mean, in %; nil: none
 	Errors         int           `json:"errors"`
 	FirstError     string        `json:"first_error,omitempty"`
 	Overlaps       int64         `json:"overlap_violations"`
@@ -54,6 +55,7 @@ func summarizeContention(clients []contendClient, x *exclusion, duration time.Du
 		}
 		r.ShareMax = max(r.ShareMax, len(c.waits))
 	}
+	r.ShareSpread = shareSpread(clients)
 	slices.Sort(all)
 	r.HandoffsPerSec = float64(r.Handoffs) / duration.Seconds()
 	r.WaitP50 = percentile(all, 0.50)
@@ -64,6 +66,25 @@ func summarizeContention(clients []contendClient, x *exclusion, duration time.Du
 	r.Overlaps, r.StaleTokens = x.overlaps.Load(), x.staleTokens.Load()
 	r.FirstViolation = x.first
 	return r
+}
+
+// shareSpread returns the largest distance of one client's acquisitions from the clients'
+// mean, in percent of that mean, or nil when the mean is zero.
+func shareSpread(clients []contendClient) *float64 {
+	total := 0
+	for _, c := range clients {
+		total += len(c.waits)
+	}
+	if total == 0 {
+		return nil
+	}
+	mean := float64(total) / float64(len(clients))
+	var dev float64
+	for _, c := range clients {
+		dev = max(dev, math.Abs(float64(len(c.waits))-mean))
+	}
+	pct := 100 * dev / mean
+	return &pct
 }
 
 // contendRatios returns, for every service target, its handoffs/s and p99 wait divided by
@@ -137,13 +158,19 @@ func writeContendReport(w io.Writer, results []contendResult, asJSON bool) error
 		}
 		return strconv.Itoa(n)
 	}
+	pct := func(p *float64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f%%", *p)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tclients\tinst\thandoffs\thandoffs/s\twait p50\twait p99\twait max\tshare min\tshare max\terrors\toverlaps\tstale tokens\t\n", width, "target")
+	fmt.Fprintf(tw, "%-*s\tclients\tinst\thandoffs\thandoffs/s\twait p50\twait p99\twait max\tshare min\tshare max\tshare ±%%\terrors\toverlaps\tstale tokens\t\n", width, "target")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%-*s\t%d\t%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", width, r.Target, r.Clients,
+		fmt.Fprintf(tw, "%-*s\t%d\t%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t\n", width, r.Target, r.Clients,
 			dash(r.Instances, r.Instances > 0), r.Handoffs, r.HandoffsPerSec,
 			fmtLatency(r.WaitP50), fmtLatency(r.WaitP99), fmtLatency(r.WaitMax), r.ShareMin, r.ShareMax,
-			r.Errors, r.Overlaps, dash(int(r.StaleTokens), isServiceTarget(r.Target)))
+			pct(r.ShareSpread), r.Errors, r.Overlaps, dash(int(r.StaleTokens), isServiceTarget(r.Target)))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("bench contend: %w", err)
