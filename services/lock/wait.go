@@ -259,7 +259,7 @@ func (sl slots) put() { <-sl }
 // never past the holder's expiry.
 //
 // A fair waiter also tries every third of its entry's lease, which renews its place in the
-// backend's line; while it waits, a free lock is someone else's turn.
+// backend's line.
 func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool, attempt int, until time.Time) error {
 	holder := last.Holder
 	next := until
@@ -267,9 +267,10 @@ func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool,
 		next = h
 	}
 	changed := s.push.next()
-	if !fair && (!holder.Held || last.Raced) {
-		// The lock was free yet not ours (another try took it between our read and write),
-		// or tries split Redlock's nodes: no release may announce the next chance.
+	if !holder.Held || last.Raced {
+		// The lock was free yet not ours: another try took it between our read and write,
+		// tries split Redlock's nodes, or (fair) a waiter ahead has the turn and may give it
+		// up. No release may announce the next chance, so try again after a short backoff.
 		return pollBackoff.wait(ctx, attempt, next)
 	}
 	var renew <-chan time.Time
@@ -333,7 +334,7 @@ func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool,
 				s.metrics.wakeups.WithLabelValues(w.key.backend, "expiry").Inc()
 				return nil
 			}
-			if s.waiters.wakeHead(w.key.backend, w.key.key, holder.FencingToken) {
+			if s.waiters.nudgeHead(w, holder.FencingToken) {
 				s.metrics.wakeups.WithLabelValues(w.key.backend, "expiry").Inc()
 			}
 		case <-recheck:

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 	"time"
 )
@@ -19,10 +20,30 @@ type lineKey struct{ backend, key string }
 
 type line struct {
 	q *list.List // of *waiter, first come first
-	// woken is the highest fencing token whose end already woke the head: the same release
-	// reaches an instance twice (its own short cut and the NATS echo) and several waiters'
-	// expiry timers fire for one lease; only the first of each wakes anyone.
-	woken uint64
+	// ended holds the fencing tokens of the last leases whose end woke the head: the same
+	// release reaches an instance twice (its own short cut and the NATS echo), and only the
+	// first wakes anyone. Exact tokens, not a high-water mark: a token in an event is not to
+	// be trusted (a forged or foreign event must cost one wake-up, never silence the line).
+	ended recent
+	// nudged likewise holds the tokens of leases whose expiry a waiter's timer reported:
+	// several timers fire for one lease. It is kept apart from ended because a timer only
+	// guesses (the holder may have renewed), and its guess must not swallow the real release.
+	nudged recent
+}
+
+// recent is a small set of the last fencing tokens seen.
+type recent [4]uint64
+
+// add records tok and reports whether it was new.
+func (r *recent) add(tok uint64) bool {
+	for _, t := range r {
+		if t == tok {
+			return false
+		}
+	}
+	copy(r[1:], r[:len(r)-1])
+	r[0] = tok
+	return true
 }
 
 // waiter is one blocked Acquire in a line.
@@ -88,20 +109,28 @@ func (ws *waiters) leave(w *waiter, got bool, holderExpiry time.Time) {
 	signal(next.wake)
 }
 
-// wakeHead wakes the head of (backend, key)'s line because the lease with token ended; a
-// token of 0 (unknown) always wakes. It reports whether a waiter was woken.
+// wakeHead wakes the head of (backend, key)'s line because the lease with token ended
+// (released, or expired as an event says); a token of 0 (unknown) always wakes. It reports
+// whether a waiter was woken.
 func (ws *waiters) wakeHead(backend, key string, token uint64) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	l := ws.lines[lineKey{backend, key}]
-	if l == nil {
+	if l == nil || token != 0 && !l.ended.add(token) {
 		return false
 	}
-	if token != 0 {
-		if token <= l.woken {
-			return false
-		}
-		l.woken = token
+	signal(l.head().wake)
+	return true
+}
+
+// nudgeHead wakes the head of w's line because w's timer says the lease with token has
+// reached its expiry, once per lease and not after the lease's end already woke it.
+func (ws *waiters) nudgeHead(w *waiter, token uint64) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := ws.lines[w.key]
+	if l == nil || w.elem == nil || slices.Contains(l.ended[:], token) || !l.nudged.add(token) {
+		return false
 	}
 	signal(l.head().wake)
 	return true

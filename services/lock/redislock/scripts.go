@@ -74,8 +74,8 @@ return {1, tonumber(v[3]), tonumber(v[2]), redis.call('PTTL', KEYS[1]), v[1]}
 `)
 
 // fairAcquireScript is acquireScript for a waiter in key's fair line. KEYS[1..2] as
-// acquireScript, KEYS[3] the line (owner -> arrival), KEYS[4] entry deadlines (owner -> ms,
-// and '#seq' the arrival counter). ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] the highest hold
+// acquireScript, KEYS[3] the line (owner -> arrival), KEYS[4] entry deadlines ('o:'..owner ->
+// ms; the prefix keeps owners, which callers choose, apart from '#seq', the arrival counter). ARGV[1] owner, ARGV[2] ttl ms, ARGV[3] the highest hold
 // count, ARGV[4] the entry's lease in ms. Entries whose deadline passed (their waiter's
 // instance died, or the waiter left without saying so) are dropped from the front first. The
 // lock is taken only when it is free and owner is first among the live entries (or the line
@@ -87,7 +87,7 @@ var fairAcquireScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence')
 if v[1] == ARGV[1] then
   redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('HDEL', KEYS[4], 'o:' .. ARGV[1])
   if tonumber(v[2]) >= tonumber(ARGV[3]) then
     return {-3, tonumber(v[3]), tonumber(v[2]), redis.call('PTTL', KEYS[1]), '', 0, 0}
   end
@@ -101,15 +101,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 while true do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)
   if #head == 0 then break end
-  local dl = tonumber(redis.call('HGET', KEYS[4], head[1]))
+  local dl = tonumber(redis.call('HGET', KEYS[4], 'o:' .. head[1]))
   if dl and dl >= now then break end
   redis.call('ZREM', KEYS[3], head[1])
-  redis.call('HDEL', KEYS[4], head[1])
+  redis.call('HDEL', KEYS[4], 'o:' .. head[1])
 end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)
 if v[1] == false and (#head == 0 or head[1] == ARGV[1]) then
   redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('HDEL', KEYS[4], 'o:' .. ARGV[1])
   if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('DEL', KEYS[3], KEYS[4]) end
   local fence = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence, 'ttl', ARGV[2])
@@ -119,7 +119,7 @@ end
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) == false then
   redis.call('ZADD', KEYS[3], redis.call('HINCRBY', KEYS[4], '#seq', 1), ARGV[1])
 end
-redis.call('HSET', KEYS[4], ARGV[1], now + tonumber(ARGV[4]))
+redis.call('HSET', KEYS[4], 'o:' .. ARGV[1], now + tonumber(ARGV[4]))
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[4], ARGV[4])
 local place = redis.call('ZRANK', KEYS[3], ARGV[1]) + 1
@@ -134,7 +134,7 @@ return {0, tonumber(v[3]), tonumber(v[2]), redis.call('PTTL', KEYS[1]), v[1], pl
 // go when the line is empty.
 var leaveQueueScript = redis.NewScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[2]) end
 return 1
 `)
