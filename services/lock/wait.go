@@ -22,6 +22,11 @@ var pollBackoff = backoff{base: 2 * time.Millisecond, max: 100 * time.Millisecon
 // wait sleeps the attempt-th delay, never past deadline, or until ctx ends (returning its
 // cause).
 func (b backoff) wait(ctx context.Context, attempt int, deadline time.Time) error {
+	return b.waitOrWake(ctx, attempt, deadline, nil)
+}
+
+// waitOrWake is wait that also ends when wake fires (a nil wake never does).
+func (b backoff) waitOrWake(ctx context.Context, attempt int, deadline time.Time, wake <-chan struct{}) error {
 	ceiling := b.max
 	if shift := attempt - 1; shift < 16 {
 		ceiling = min(b.base<<shift, b.max)
@@ -36,6 +41,8 @@ func (b backoff) wait(ctx context.Context, attempt int, deadline time.Time) erro
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-t.C:
+		return nil
+	case <-wake:
 		return nil
 	}
 }
@@ -93,6 +100,7 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, p acquire
 		last     Attempt // the last answer, returned when the wait ends without a failure
 		lastErr  error   // the last attempt's failure, returned when the wait ends after it
 		failures int     // failures in a row, for the retry backoff
+		free     int     // answers in a row that found the lock free (or raced), for their backoff
 	)
 	done := func(att Attempt, err error, attempt int) (Attempt, error) {
 		if attempt > 1 {
@@ -114,6 +122,9 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, p acquire
 		case err == nil:
 			s.metrics.contention.WithLabelValues(name).Inc()
 			last, lastErr, failures = att, nil, 0
+			if free++; att.Holder.Held && !att.Raced {
+				free = 0
+			}
 			if att.Arrival != 0 {
 				s.waiters.setArrival(w, att.Arrival)
 			}
@@ -130,7 +141,7 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, p acquire
 		if lastErr != nil {
 			err = retryBackoff.wait(ctx, failures, until)
 		} else {
-			err = s.await(ctx, w, last, queue != nil, attempt, until)
+			err = s.await(ctx, w, last, queue != nil, attempt, free, until)
 		}
 		if err != nil {
 			return done(Attempt{}, err, attempt)
@@ -260,7 +271,7 @@ func (sl slots) put() { <-sl }
 //
 // A fair waiter also tries every third of its entry's lease, which renews its place in the
 // backend's line.
-func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool, attempt int, until time.Time) error {
+func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool, attempt, free int, until time.Time) error {
 	holder := last.Holder
 	next := until
 	if h := holder.ExpiresAt; holder.Held && h.Before(next) {
@@ -270,8 +281,9 @@ func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool,
 	if !holder.Held || last.Raced {
 		// The lock was free yet not ours: another try took it between our read and write,
 		// tries split Redlock's nodes, or (fair) a waiter ahead has the turn and may give it
-		// up. No release may announce the next chance, so try again after a short backoff.
-		return pollBackoff.wait(ctx, attempt, next)
+		// up. No release may announce the next chance, so try again after a short backoff
+		// (short: it counts only these answers in a row), or at once when woken.
+		return pollBackoff.waitOrWake(ctx, free, next, w.wake)
 	}
 	var renew <-chan time.Time
 	if fair {
@@ -280,7 +292,7 @@ func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool,
 		renew = t.C // polling (below) tries far more often anyway
 	}
 	if s.bus == nil || !s.bus.Connected() {
-		return pollBackoff.wait(ctx, attempt, next)
+		return pollBackoff.waitOrWake(ctx, attempt, next, w.wake)
 	}
 	end := time.NewTimer(time.Until(until))
 	defer end.Stop()
