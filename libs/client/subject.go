@@ -10,7 +10,7 @@ import (
 // characters, has its own subject (see subject.Token). Payloads are lockv1.LockEvent in
 // their protobuf JSON form. kind UNSPECIFIED stands for every kind ("*").
 func LockSubject(kind lockv1.LockEventKind, backend, key string) string {
-	return subject.Lock(kindToken(kind), backend, key)
+	return subject.Lock(subject.LockKind(kind), backend, key)
 }
 
 // LockSubjectAll is the subscription subject for kind's events about every key of backend,
@@ -20,17 +20,5 @@ func LockSubjectAll(kind lockv1.LockEventKind, backend string) string {
 	if backend == "" {
 		backend = "*"
 	}
-	return subject.LockPattern(kindToken(kind), backend)
-}
-
-func kindToken(kind lockv1.LockEventKind) string {
-	switch kind {
-	case lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED:
-		return subject.Acquired
-	case lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED:
-		return subject.Released
-	case lockv1.LockEventKind_LOCK_EVENT_KIND_EXPIRED:
-		return subject.Expired
-	}
-	return "*"
+	return subject.LockPattern(subject.LockKind(kind), backend)
 }

@@ -90,31 +90,14 @@ func (p *NATSProcess) start() error {
 	p.out = &syncBuffer{}
 	cmd := exec.Command(p.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(p.port))
 	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
+	done, err := startUntilReady(cmd, fmt.Sprintf("nats-server on port %d", p.port), p.out,
+		func() error { return natsGreets(addr) }, natsReadyTimeout)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait() //nolint:errcheck // the exit is expected: Stop kills it
-		close(done)
-	}()
-	deadline := time.Now().Add(natsReadyTimeout)
-	for {
-		if err := natsGreets(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))); err == nil {
-			p.cmd, p.done = cmd, done
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("nats-server on port %d exited: %s", p.port, p.out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill() //nolint:errcheck // giving up on it
-			<-done
-			return fmt.Errorf("nats-server on port %d did not greet within %v: %s", p.port, natsReadyTimeout, p.out.String())
-		}
-	}
+	p.cmd, p.done = cmd, done
+	return nil
 }
 
 // natsGreets dials addr and reads the server's INFO line.

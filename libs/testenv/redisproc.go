@@ -105,31 +105,13 @@ func (p *RedisProcess) start() error {
 		"--dir", p.dir, "--logfile", ""}, p.extra...)
 	cmd := exec.Command(p.bin, args...)
 	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
+	done, err := startUntilReady(cmd, fmt.Sprintf("redis-server on port %d", p.port), p.out,
+		func() error { return ping(p.Addr()) }, redisReadyTimeout)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait() //nolint:errcheck // the exit is expected: Stop kills it
-		close(done)
-	}()
-	deadline := time.Now().Add(redisReadyTimeout)
-	for {
-		if err := ping(p.Addr()); err == nil {
-			p.cmd, p.done = cmd, done
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("redis-server on port %d exited: %s", p.port, p.out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill() //nolint:errcheck // giving up on it
-			<-done
-			return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", p.port, redisReadyTimeout, p.out.String())
-		}
-	}
+	p.cmd, p.done = cmd, done
+	return nil
 }
 
 // ping sends one inline PING over a fresh connection, so that no client pool state is involved.

@@ -57,11 +57,11 @@ func (s *Service) onEvent(subj string, data []byte) {
 
 // leaseEnded is called after this instance released a lease for good: the local line is
 // woken at once, without the round trip through NATS, and the event tells every instance.
-func (s *Service) leaseEnded(kind, backend, key string, token uint64, holderID string) {
+func (s *Service) leaseEnded(kind lockv1.LockEventKind, backend, key string, token uint64, holderID string) {
 	if s.waiters.wakeHead(backend, key, token) {
 		s.metrics.wakeups.WithLabelValues(backend, "local").Inc()
 	}
-	s.publish(&lockv1.LockEvent{Key: key, Backend: backend, Kind: kindOf(kind), FencingToken: token, HolderId: holderID})
+	s.publish(&lockv1.LockEvent{Key: key, Backend: backend, Kind: kind, FencingToken: token, HolderId: holderID})
 }
 
 // leaseTaken announces a new holder.
@@ -79,33 +79,9 @@ func (s *Service) publish(ev *lockv1.LockEvent) {
 		return
 	}
 	ev.Time = timestamppb.Now()
-	if err := s.bus.Publish(subject.Lock(kindName(ev.GetKind()), ev.GetBackend(), ev.GetKey()), ev); err != nil {
+	if err := s.bus.Publish(subject.Lock(subject.LockKind(ev.GetKind()), ev.GetBackend(), ev.GetKey()), ev); err != nil {
 		s.log.Debug("lock: event not published", "key", ev.GetKey(), "backend", ev.GetBackend(), "error", err)
 	}
-}
-
-func kindOf(kind string) lockv1.LockEventKind {
-	switch kind {
-	case subject.Acquired:
-		return lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED
-	case subject.Released:
-		return lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED
-	case subject.Expired:
-		return lockv1.LockEventKind_LOCK_EVENT_KIND_EXPIRED
-	}
-	return lockv1.LockEventKind_LOCK_EVENT_KIND_UNSPECIFIED
-}
-
-func kindName(k lockv1.LockEventKind) string {
-	switch k {
-	case lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED:
-		return subject.Acquired
-	case lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED:
-		return subject.Released
-	case lockv1.LockEventKind_LOCK_EVENT_KIND_EXPIRED:
-		return subject.Expired
-	}
-	return "unspecified"
 }
 
 // pushState tells waiters whether events can wake them, and wakes them all when that

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coordkit/coordkit/libs/event"
-	"github.com/coordkit/coordkit/libs/event/subject"
 	"github.com/coordkit/coordkit/libs/server"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
@@ -253,7 +252,7 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	result := "released"
 	if remaining == 0 {
 		result = "freed"
-		s.leaseEnded(subject.Released, name, req.GetKey(), token, HolderID(req.GetOwner()))
+		s.leaseEnded(lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED, name, req.GetKey(), token, HolderID(req.GetOwner()))
 	}
 	s.metrics.releases.WithLabelValues(name, result).Inc()
 	return &lockv1.ReleaseResponse{Released: true, HoldCount: remaining}, nil

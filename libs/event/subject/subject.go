@@ -1,11 +1,15 @@
 // Package subject names coordkit's NATS subjects: versioned, one token per part, with any
-// key encoded as one token by Token. It has no dependencies, so the SDK and subscribers in
-// any program can use it without pulling in NATS.
+// key encoded as one token by Token. It does not depend on NATS, so the SDK and subscribers
+// in any program can use it without pulling in a NATS client or server.
 //
 //	coordkit.lock.v1.<kind>.<backend>.<key token>    kind: acquired, released, expired
 package subject
 
-import "strings"
+import (
+	"strings"
+
+	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+)
 
 // LockPrefix starts every lock event subject.
 const LockPrefix = "coordkit.lock.v1"
@@ -16,6 +20,20 @@ const (
 	Released = "released"
 	Expired  = "expired"
 )
+
+// LockKind is the subject token of an event kind: acquired, released or expired, and "*"
+// (every kind) for UNSPECIFIED or an unknown kind.
+func LockKind(k lockv1.LockEventKind) string {
+	switch k {
+	case lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED:
+		return Acquired
+	case lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED:
+		return Released
+	case lockv1.LockEventKind_LOCK_EVENT_KIND_EXPIRED:
+		return Expired
+	}
+	return "*"
+}
 
 // Lock is the subject of kind's events about one key of one backend.
 func Lock(kind, backend, key string) string {

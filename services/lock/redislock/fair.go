@@ -22,24 +22,11 @@ func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, en
 	if len(res) != 7 {
 		return lock.Attempt{}, fmt.Errorf("redislock: fair acquire script returned %d values", len(res))
 	}
-	fence, count, ms := toInt(res[1]), toInt(res[2]), toInt(res[3])
-	switch toInt(res[0]) {
-	case -3:
-		return lock.Attempt{}, fmt.Errorf("redislock: %w (%d)", lock.ErrHoldLimit, count)
-	case 1:
-		return lock.Attempt{Acquired: true, Lease: lock.Lease{
-			Key: key, Owner: owner, FencingToken: uint64(fence),
-			ExpiresAt: start.Add(ttl), HoldCount: uint32(count),
-		}}, nil
+	att, err := attempt(res, key, owner, start, ttl)
+	if err == nil && !att.Acquired {
+		att.Place, att.Arrival = int(toInt(res[5])), toInt(res[6])
 	}
-	att := lock.Attempt{Place: int(toInt(res[5])), Arrival: toInt(res[6])}
-	if holder, _ := res[4].(string); holder != "" {
-		att.Holder = lock.State{
-			Held: true, HolderID: lock.HolderID(holder), FencingToken: uint64(fence),
-			ExpiresAt: time.Now().Add(time.Duration(ms) * time.Millisecond), HoldCount: uint32(count),
-		}
-	}
-	return att, nil
+	return att, err
 }
 
 // LeaveQueue implements lock.QueueBackend.

@@ -52,6 +52,12 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 	if len(res) != 5 {
 		return lock.Attempt{}, fmt.Errorf("redislock: acquire script returned %d values", len(res))
 	}
+	return attempt(res, key, owner, start, ttl)
+}
+
+// attempt reads the first five values of an acquire script's reply {status, fence, count,
+// ttl or the holder's pttl in ms, holder owner}; start is when the call began.
+func attempt(res []any, key, owner string, start time.Time, ttl time.Duration) (lock.Attempt, error) {
 	fence, count, ms := toInt(res[1]), toInt(res[2]), toInt(res[3])
 	switch toInt(res[0]) {
 	case -3:
@@ -63,6 +69,9 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 		}}, nil
 	}
 	holder, _ := res[4].(string)
+	if holder == "" { // free, yet not the caller's turn (fair mode)
+		return lock.Attempt{}, nil
+	}
 	return lock.Attempt{Holder: lock.State{
 		Held: true, HolderID: lock.HolderID(holder), FencingToken: uint64(fence),
 		ExpiresAt: time.Now().Add(time.Duration(ms) * time.Millisecond), HoldCount: uint32(count),

@@ -25,14 +25,11 @@ var _ lock.QueueBackend = (*Backend)(nil)
 // empty), or keeps owner's place with its entry's deadline renewed.
 func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, entryTTL time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	if b.slots != nil {
-		select {
-		case b.slots <- struct{}{}:
-			defer func() { <-b.slots }()
-		case <-ctx.Done():
-			return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, ctx.Err())
-		}
+	put, err := b.takeSlot(ctx)
+	if err != nil {
+		return lock.Attempt{}, err
 	}
+	defer put()
 	_, found, err := b.peek(ctx, key)
 	if err != nil {
 		return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, err)

@@ -168,14 +168,11 @@ func (b *Backend) tx(ctx context.Context, key string, m missing, fn func(tx *sql
 // TryAcquire implements lock.Backend.
 func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	if b.slots != nil {
-		select {
-		case b.slots <- struct{}{}:
-			defer func() { <-b.slots }()
-		case <-ctx.Done():
-			return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, ctx.Err())
-		}
+	put, err := b.takeSlot(ctx)
+	if err != nil {
+		return lock.Attempt{}, err
 	}
+	defer put()
 	// Most attempts on a taken lock end here, without a transaction or a row lock.
 	r, found, err := b.peek(ctx, key)
 	if err != nil {
@@ -202,6 +199,20 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 		att.Lease.ExpiresAt = start.Add(ttl)
 	}
 	return att, nil
+}
+
+// takeSlot waits for one of the backend's attempt slots (see OpenMySQL) and returns the
+// function that gives it back.
+func (b *Backend) takeSlot(ctx context.Context) (put func(), err error) {
+	if b.slots == nil {
+		return func() {}, nil
+	}
+	select {
+	case b.slots <- struct{}{}:
+		return func() { <-b.slots }, nil
+	case <-ctx.Done():
+		return nil, lock.Unavailable(ctx, b.d.Name, ctx.Err())
+	}
 }
 
 // grant gives owner the lock in the transaction holding r, key's row: a free, released or
