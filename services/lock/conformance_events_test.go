@@ -121,7 +121,7 @@ func testEvents(t *testing.T, bc backendCase) {
 // a few seconds.
 func testNoLostWakeup(t *testing.T, bc backendCase) {
 	a, b, _ := eventPair(t, bc)
-	const keys, rounds, ttl, bound = 4, 60, 30 * time.Second, 5 * time.Second
+	const keys, rounds, ttl, bound = 8, 100, 30 * time.Second, 5 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
