@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -248,7 +249,14 @@ func TestValidity(t *testing.T) {
 				if att, acqErr = b.TryAcquire(context.Background(), key, "me", ttl); errors.Is(acqErr, lock.ErrUnavailable) {
 					continue
 				}
-				if acqErr != nil || !att.Acquired {
+				if acqErr == nil && !att.Acquired {
+					// Only this test uses the key: the holder is what an earlier try that
+					// timed out left on a node before its undo reached it. It ends with its ttl.
+					acqErr = fmt.Errorf("not acquired: held by %+v", att.Holder)
+					time.Sleep(ttl)
+					continue
+				}
+				if acqErr != nil {
 					t.Fatalf("TryAcquire = %+v, %v; want acquired", att, acqErr)
 				}
 				check("acquire", start, att.Lease)
