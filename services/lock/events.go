@@ -43,8 +43,8 @@ func (s *Service) stopEvents() {
 // the payload carries one, lets the line ignore the echo of a release it already woke for.
 func (s *Service) onEvent(subj string, data []byte) {
 	_, backend, key, ok := subject.ParseLock(subj)
-	if !ok {
-		return
+	if !ok || !s.waiters.has(backend, key) {
+		return // every release of the backend arrives here; most keys have no waiter here
 	}
 	var ev lockv1.LockEvent
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, &ev); err != nil {

@@ -62,10 +62,11 @@ var retryBackoff = backoff{base: 10 * time.Millisecond, max: time.Second}
 
 // acquire tries until the lock is taken or the wait, capped by the request deadline, is over.
 // A waiter joins the instance's line for the key before its first attempt, so a release
-// that follows the answer "taken" is not missed (see await). While waiting, a backend failure (ErrUnavailable) is retried, not returned: a waiter asked
-// to wait, and a slow moment of the backend, often caused by the waiters themselves, must
-// not end a wait of an hour; only when the wait ends is the last failure returned. Every
-// attempt after the first takes one of the backend's slots (Config.WaitAttempts).
+// that follows the answer "taken" is not missed (see await). While waiting, a backend
+// failure (ErrUnavailable) is retried, not returned: a waiter asked to wait, and a slow
+// moment of the backend, often caused by the waiters themselves, must not end a wait of an
+// hour; only when the wait ends is the last failure returned. Every attempt after the first
+// takes one of the backend's slots (Config.WaitAttempts).
 func (s *Service) acquire(ctx context.Context, name string, b Backend, p acquireParams) (Attempt, error) {
 	key, owner, ttl, wait := p.key, p.owner, p.ttl, p.wait
 	start := time.Now()
@@ -122,8 +123,10 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, p acquire
 		case err == nil:
 			s.metrics.contention.WithLabelValues(name).Inc()
 			last, lastErr, failures = att, nil, 0
-			if free++; att.Holder.Held && !att.Raced {
+			if att.Holder.Held && !att.Raced {
 				free = 0
+			} else {
+				free++
 			}
 			if att.Arrival != 0 {
 				s.waiters.setArrival(w, att.Arrival)
@@ -277,7 +280,6 @@ func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool,
 	if h := holder.ExpiresAt; holder.Held && h.Before(next) {
 		next = h
 	}
-	changed := s.push.next()
 	if !holder.Held || last.Raced {
 		// The lock was free yet not ours: another try took it between our read and write,
 		// tries split Redlock's nodes, or (fair) a waiter ahead has the turn and may give it
@@ -291,6 +293,7 @@ func (s *Service) await(ctx context.Context, w *waiter, last Attempt, fair bool,
 		defer t.Stop()
 		renew = t.C // polling (below) tries far more often anyway
 	}
+	changed := s.push.next() // before the check, so a change right after it is not missed
 	if s.bus == nil || !s.bus.Connected() {
 		return pollBackoff.waitOrWake(ctx, attempt, next, w.wake)
 	}

@@ -136,6 +136,13 @@ func (ws *waiters) nudgeHead(w *waiter, token uint64) bool {
 	return true
 }
 
+// has says whether (backend, key) has a line here.
+func (ws *waiters) has(backend, key string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.lines[lineKey{backend, key}] != nil
+}
+
 // isHead says whether w is first in its line.
 func (ws *waiters) isHead(w *waiter) bool {
 	ws.mu.Lock()
