@@ -40,8 +40,7 @@ func TestReleaseCostsOneAttemptPerInstance(t *testing.T) {
 			defer cancel()
 			first := must(acquireWithin(ctx, a.client, key, ttl))(t)
 			contended := func() float64 {
-				return metricValue(t, a.url, fmt.Sprintf("coordkit_lock_contention_total{backend=%q}", bc.name)) +
-					metricValue(t, b.url, fmt.Sprintf("coordkit_lock_contention_total{backend=%q}", bc.name))
+				return metricSum(t, fmt.Sprintf("coordkit_lock_contention_total{backend=%q}", bc.name), insts...)
 			}
 			base := contended()
 			var wg sync.WaitGroup
@@ -70,11 +69,8 @@ func TestReleaseCostsOneAttemptPerInstance(t *testing.T) {
 			}
 			must(a.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: first.GetOwner(), FencingToken: first.GetFencingToken()}))(t)
 			wg.Wait()
-			var attempts, freed float64
-			for _, in := range insts {
-				attempts += metricValue(t, in.url, fmt.Sprintf("coordkit_lock_waiter_attempts_total{backend=%q}", bc.name))
-				freed += metricValue(t, in.url, fmt.Sprintf("coordkit_lock_release_total{backend=%q,result=\"freed\"}", bc.name))
-			}
+			attempts := metricSum(t, fmt.Sprintf("coordkit_lock_waiter_attempts_total{backend=%q}", bc.name), insts...)
+			freed := metricSum(t, fmt.Sprintf("coordkit_lock_release_total{backend=%q,result=\"freed\"}", bc.name), insts...)
 			perInstance := attempts / freed / float64(len(insts))
 			t.Logf("%d waiters: %v attempts after the first for %v releases: %.2f per instance per release", got.Load(), attempts, freed, perInstance)
 			if got.Load() != waiters {
@@ -153,8 +149,7 @@ func TestWaitersOutliveNATS(t *testing.T) {
 				}
 			}
 			pushed := func() float64 {
-				return metricValue(t, a.url, fmt.Sprintf("coordkit_lock_wakeups_total{backend=%q,cause=\"event\"}", bc.name)) +
-					metricValue(t, b.url, fmt.Sprintf("coordkit_lock_wakeups_total{backend=%q,cause=\"event\"}", bc.name))
+				return metricSum(t, fmt.Sprintf("coordkit_lock_wakeups_total{backend=%q,cause=\"event\"}", bc.name), a, b)
 			}
 			handoffs("NATS up", 10)
 			if pushed() == 0 {

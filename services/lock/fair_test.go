@@ -4,22 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/event"
-	"github.com/coordkit/coordkit/libs/server"
-	"github.com/coordkit/coordkit/libs/testenv"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/services/lock"
 )
 
@@ -37,7 +31,7 @@ func fairBackends() []backendCase {
 }
 
 func acquireFair(ctx context.Context, c *client.Client, key string, ttl, wait time.Duration) (*lockv1.AcquireResponse, error) {
-	return c.Locks().Acquire(ctx, &lockv1.AcquireRequest{Key: key, Ttl: durationpb.New(ttl), Wait: durationpb.New(wait), Fair: true})
+	return c.Locks().Acquire(ctx, waitFor(key, ttl, wait, true))
 }
 
 // inLine waits until n acquires in all have found the lock taken on insts, so a waiter
@@ -45,10 +39,7 @@ func acquireFair(ctx context.Context, c *client.Client, key string, ttl, wait ti
 func inLine(t *testing.T, backend string, n float64, insts ...*instance) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		var got float64
-		for _, in := range insts {
-			got += metricValue(t, in.url, fmt.Sprintf("coordkit_lock_contention_total{backend=%q}", backend))
-		}
+		got := metricSum(t, fmt.Sprintf("coordkit_lock_contention_total{backend=%q}", backend), insts...)
 		if got >= n {
 			return
 		}
@@ -120,18 +111,8 @@ func TestFairCancelLeavesLine(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			holder := must(acquireWithin(ctx, a.client, key, ttl))(t)
-			type result struct {
-				res *lockv1.AcquireResponse
-				err error
-				at  time.Time
-			}
-			start := func(ctx context.Context, c *client.Client) <-chan result {
-				ch := make(chan result, 1)
-				go func() {
-					res, err := acquireFair(ctx, c, key, ttl, time.Minute)
-					ch <- result{res, err, time.Now()}
-				}()
-				return ch
+			start := func(ctx context.Context, c *client.Client) <-chan acquired {
+				return acquireAsync(ctx, c, waitFor(key, ttl, time.Minute, true))
 			}
 			first := start(ctx, a.client)
 			inLine(t, bc.name, 1, a, b)
@@ -179,16 +160,9 @@ func TestFairDeadInstanceSkipped(t *testing.T) {
 			busA, busB := busPair(t)
 			const entryTTL = 2 * time.Second
 			serve := func(b lock.Backend, bus *event.Bus) *instance {
-				srv := server.New(server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-				svc, err := lock.NewService(lock.Config{
-					Backends: map[string]lock.Backend{cc.name: b}, Registerer: srv.Registry(), Recheck: -1, FairEntryTTL: entryTTL, Events: bus,
+				return serveLock(t, lock.Config{
+					Backends: map[string]lock.Backend{cc.name: b}, Recheck: -1, FairEntryTTL: entryTTL, Events: bus,
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
-				url, stop := testenv.Serve(t, srv)
-				return &instance{url: url, client: client.New(url), stop: stop}
 			}
 			doomed := serve(proxied, busA)
 			survivor := serve(direct, busB)

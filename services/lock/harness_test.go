@@ -13,9 +13,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/event"
-	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/testenv"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/redislock"
 	"github.com/coordkit/coordkit/services/lock/sqllock"
@@ -77,16 +75,7 @@ func startInstance(t *testing.T, name string, b lock.Backend) *instance {
 // lost wake-up shows as a wait until the holder's expiry.
 func startInstanceWith(t *testing.T, name string, b lock.Backend, bus *event.Bus) *instance {
 	t.Helper()
-	srv := server.New(server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	svc, err := lock.NewService(lock.Config{
-		Backends: map[string]lock.Backend{name: b}, Registerer: srv.Registry(), Events: bus, Recheck: -1,
-	})
-	if err != nil {
-		t.Fatalf("NewService: %v", err)
-	}
-	srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
-	url, stop := testenv.Serve(t, srv)
-	return &instance{url: url, client: client.New(url), stop: stop}
+	return serveLock(t, lock.Config{Backends: map[string]lock.Backend{name: b}, Events: bus, Recheck: -1})
 }
 
 // grpcClient talks gRPC over cleartext HTTP/2 (h2c) to an instance, the other protocol the
