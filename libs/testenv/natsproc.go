@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 )
@@ -19,86 +17,28 @@ const natsReadyTimeout = 10 * time.Second
 func NATSURL() string { return env("COORDKIT_TEST_NATS_URL", "nats://127.0.0.1:4222") }
 
 // NATSProcess is a nats-server the test started itself on a free loopback port, for fault
-// tests that kill and restart it: the shared NATS must never be stopped.
+// tests that kill (Stop) and restart (Start) it: the shared NATS must never be stopped.
 type NATSProcess struct {
-	t    testing.TB
-	bin  string
-	port int
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *syncBuffer
+	serverProcess
 }
 
-// StartNATS starts a nats-server ($COORDKIT_TEST_NATS_SERVER or nats-server on PATH or in
-// /usr/sbin) and waits until it greets a client. It is killed when the test ends. A missing
-// binary fails the test.
+// StartNATS starts a nats-server ($COORDKIT_TEST_NATS_SERVER, nats-server on PATH, or
+// Debian's /usr/sbin/nats-server) and waits until it greets a client. It is killed when the
+// test ends. A missing binary fails the test.
 func StartNATS(t testing.TB) *NATSProcess {
 	t.Helper()
-	bin, err := exec.LookPath(env("COORDKIT_TEST_NATS_SERVER", "nats-server"))
-	if err != nil {
-		if bin, err = exec.LookPath("/usr/sbin/nats-server"); err != nil {
-			t.Fatalf("testenv: nats-server not found (%v); install it (deploy/dev/backends.sh does) or set COORDKIT_TEST_NATS_SERVER", err)
-		}
-	}
-	p := &NATSProcess{t: t, bin: bin}
-	t.Cleanup(p.Stop)
-	var lastErr error
-	for range 5 {
-		p.port = FreePort(t)
-		if lastErr = p.start(); lastErr == nil {
-			return p
-		}
-	}
-	t.Fatalf("testenv: start nats-server: %v", lastErr)
-	return nil
+	p := &NATSProcess{serverProcess{
+		name:    "nats-server",
+		args:    func(port int) []string { return []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)} },
+		ready:   func(port int) error { return natsGreets(loopback(port)) },
+		timeout: natsReadyTimeout,
+	}}
+	startServer(t, &p.serverProcess, "COORDKIT_TEST_NATS_SERVER", "/usr/sbin/nats-server")
+	return p
 }
 
 // URL is the server's client URL.
-func (p *NATSProcess) URL() string {
-	return "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
-}
-
-// Stop kills the server with SIGKILL and waits until it is gone; stopping a stopped server
-// does nothing.
-func (p *NATSProcess) Stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return
-	}
-	p.cmd.Process.Kill() //nolint:errcheck // it may have exited already; done tells
-	<-p.done
-	p.cmd = nil
-}
-
-// Start starts the server again on the same port; starting a running server does nothing.
-func (p *NATSProcess) Start() {
-	p.t.Helper()
-	if err := p.start(); err != nil {
-		p.t.Fatalf("testenv: restart nats-server on port %d: %v", p.port, err)
-	}
-}
-
-func (p *NATSProcess) start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil {
-		return nil
-	}
-	p.out = &syncBuffer{}
-	cmd := exec.Command(p.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(p.port))
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
-	done, err := startUntilReady(cmd, fmt.Sprintf("nats-server on port %d", p.port), p.out,
-		func() error { return natsGreets(addr) }, natsReadyTimeout)
-	if err != nil {
-		return err
-	}
-	p.cmd, p.done = cmd, done
-	return nil
-}
+func (p *NATSProcess) URL() string { return "nats://" + loopback(p.port) }
 
 // natsGreets dials addr and reads the server's INFO line.
 func natsGreets(addr string) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ func FreePort(t testing.TB) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// loopback is 127.0.0.1:port.
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // syncBuffer is a bytes.Buffer safe for a server process's writer and the test's reader.
 type syncBuffer struct {
@@ -37,6 +41,99 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// serverProcess is a server binary a test runs on a free loopback port and may kill and
+// start again on the same port, for fault tests: the shared dev servers must never be
+// stopped, since other tests use them. RedisProcess and NATSProcess are its two kinds.
+type serverProcess struct {
+	t       testing.TB
+	name    string                  // the binary's name, for messages
+	bin     string                  // its path
+	port    int                     // chosen at the first start, kept across restarts
+	args    func(port int) []string // its command line
+	ready   func(port int) error    // nil once it serves
+	timeout time.Duration           // how long it may take to become ready
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd exited
+	out  *syncBuffer   // the server's output, for failure messages
+}
+
+// startServer looks up the binary named by envVar (default name, then each of fallbacks),
+// starts it on a free port and waits until it is ready; it is killed when the test ends. A
+// missing binary fails the test: a green run must mean the scenario ran.
+func startServer(t testing.TB, p *serverProcess, envVar string, fallbacks ...string) {
+	t.Helper()
+	p.t = t
+	var err error
+	for _, candidate := range append([]string{env(envVar, p.name)}, fallbacks...) {
+		if p.bin, err = exec.LookPath(candidate); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("testenv: %s not found (%v); install it (deploy/dev/backends.sh does) or set %s", p.name, err, envVar)
+	}
+	t.Cleanup(p.Stop)
+	// A free port found by listening can be taken by someone else before the server binds
+	// it; try a few.
+	var lastErr error
+	for range 5 {
+		p.port = FreePort(t)
+		if lastErr = p.start(); lastErr == nil {
+			return
+		}
+	}
+	t.Fatalf("testenv: start %s: %v", p.name, lastErr)
+}
+
+// Running says whether the server is up: started and not stopped since.
+func (p *serverProcess) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// Stop kills the server with SIGKILL, as a crash would, and waits until it is gone. Stopping
+// a stopped server does nothing.
+func (p *serverProcess) Stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return
+	}
+	p.cmd.Process.Kill() //nolint:errcheck // it may have exited already; done tells
+	<-p.done
+	p.cmd = nil
+}
+
+// Start starts the server again on the same port and waits until it is ready. Starting a
+// running server does nothing.
+func (p *serverProcess) Start() {
+	p.t.Helper()
+	if err := p.start(); err != nil {
+		p.t.Fatalf("testenv: restart %s on port %d: %v", p.name, p.port, err)
+	}
+}
+
+func (p *serverProcess) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return nil
+	}
+	p.out = &syncBuffer{}
+	cmd := exec.Command(p.bin, p.args(p.port)...)
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	done, err := startUntilReady(cmd, fmt.Sprintf("%s on port %d", p.name, p.port), p.out,
+		func() error { return p.ready(p.port) }, p.timeout)
+	if err != nil {
+		return err
+	}
+	p.cmd, p.done = cmd, done
+	return nil
 }
 
 // startUntilReady starts cmd and polls ready until it succeeds, the process exits, or timeout
