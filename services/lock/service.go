@@ -210,25 +210,26 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 
 // checkFair refuses fair mode on a backend that keeps no line of waiters.
 func (s *Service) checkFair(name string, b Backend, p acquireParams) error {
-	if !p.fair {
-		return nil
-	}
-	_, queues := b.(QueueBackend)
-	_, native := b.(FairBackend)
-	if queues || native {
+	if !p.fair || servesFair(b) {
 		return nil
 	}
 	var fair []string
 	for n, other := range s.backends {
-		_, q := other.(QueueBackend)
-		_, f := other.(FairBackend)
-		if q || f {
+		if servesFair(other) {
 			fair = append(fair, n)
 		}
 	}
 	slices.Sort(fair)
 	return invalid("fair", "backend %q keeps no line of waiters, so it cannot serve first come, first served (fair backends here: %s)",
 		name, strings.Join(fair, ", "))
+}
+
+// servesFair says whether b keeps a line of waiters (QueueBackend) or queues natively
+// (FairBackend).
+func servesFair(b Backend) bool {
+	_, queues := b.(QueueBackend)
+	_, native := b.(FairBackend)
+	return queues || native
 }
 
 // Release implements LockServiceHandler.
