@@ -161,3 +161,33 @@ func TestWatchSlowConsumer(t *testing.T) {
 	t.Logf("the slow watcher got %d of %d events before its stream ended: %v", n, burst*bursts, slow.Err())
 	wantCode(t, slow.Err(), connect.CodeResourceExhausted)
 }
+
+// TestWatchDropsForeignPayloads: an event a NATS client publishes on a watched key's subject
+// but about another key or another backend never reaches watchers;
+// the key's real events still do.
+func TestWatchDropsForeignPayloads(t *testing.T) {
+	t.Parallel()
+	a, _, natsURL := eventPair(t, backendCase{name: "sqlite", store: sqliteStore})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const key = "watched"
+	msgs, _ := watchStream(ctx, t, a.client.Locks(), &lockv1.WatchRequest{Key: key})
+	nextMsg(t, msgs, "the state")
+	hostile := openBus(t, event.Config{URL: natsURL})
+	subj := subject.Lock(subject.Released, "sqlite", key)
+	for _, ev := range []*lockv1.LockEvent{
+		{Key: "other", Backend: "sqlite", FencingToken: 1},
+		{Key: key, Backend: "redis", FencingToken: 2},
+	} {
+		noErr(t, hostile.Publish(subj, ev))
+	}
+	noErr(t, hostile.Publish(subj, &lockv1.LockEvent{Key: key, Backend: "sqlite", FencingToken: 3}))
+	noErr(t, hostile.Flush(ctx))
+	if ev := nextMsg(t, msgs, "the one event of the key").GetEvent(); ev.GetFencingToken() != 3 {
+		t.Fatalf("watcher got %v, want only the event about %q on sqlite (token 3)", ev, key)
+	}
+	held := must(acquireWithin(ctx, a.client, key, 30*time.Second))(t)
+	if ev := nextMsg(t, msgs, "the acquire").GetEvent(); ev.GetFencingToken() != held.GetFencingToken() {
+		t.Fatalf("after foreign payloads the watcher got %v, want the acquire of token %d", ev, held.GetFencingToken())
+	}
+}
