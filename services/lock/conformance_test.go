@@ -41,6 +41,7 @@ var behaviours = []struct {
 	{"RenewKeepsOwnTTL", testRenewKeepsOwnTTL},
 	{"ReleaseScopedToLease", testReleaseScopedToLease},
 	{"Events", testEvents},
+	{"ExpiredEvents", testExpiredEvents},
 	{"NoLostWakeup", testNoLostWakeup},
 	{"Watch", testWatch},
 }

@@ -56,6 +56,8 @@ type Service struct {
 	recheck  time.Duration
 	entryTTL time.Duration
 	waiters  *waiters
+	watches  *watches
+	expiries *expiryTracker
 	push     *pushState
 	unsubs   []func() error
 	slots    map[string]slots // per backend, see Config.WaitAttempts
@@ -81,7 +83,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		backends: cfg.Backends, def: def, bus: cfg.Events, recheck: cfg.Recheck,
-		waiters: newWaiters(), push: newPushState(), metrics: newMetrics(cfg.Registerer), log: cfg.Logger,
+		waiters: newWaiters(), watches: newWatches(), expiries: newExpiryTracker(), push: newPushState(), metrics: newMetrics(cfg.Registerer), log: cfg.Logger,
 	}
 	if s.recheck == 0 {
 		s.recheck = DefaultRecheck
@@ -103,6 +105,13 @@ func NewService(cfg Config) (*Service, error) {
 	if err := s.startEvents(); err != nil {
 		return nil, err
 	}
+	for name, b := range s.backends {
+		if r, ok := b.(ExpiryReporter); ok {
+			r.ReportExpiries(func(e Expiry) {
+				s.leaseEnded(lockv1.LockEventKind_LOCK_EVENT_KIND_EXPIRED, name, e.Key, e.FencingToken, e.HolderID)
+			})
+		}
+	}
 	return s, nil
 }
 
@@ -110,6 +119,7 @@ func NewService(cfg Config) (*Service, error) {
 // bus, which the process shares).
 func (s *Service) Close() error {
 	s.stopEvents()
+	s.expiries.stop()
 	var errs []error
 	for _, b := range s.backends {
 		errs = append(errs, b.Close())

@@ -125,6 +125,9 @@ func (s *Service) acquire(ctx context.Context, name string, b Backend, p acquire
 			last, lastErr, failures = att, nil, 0
 			if att.Holder.Held && !att.Raced {
 				free = 0
+				if w != nil {
+					s.trackExpiry(name, key, att.Holder) // so its expiry is announced
+				}
 			} else {
 				free++
 			}

@@ -67,6 +67,9 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, ev); err != nil || ev.GetKey() != k || ev.GetBackend() != name {
 			return // not an event of ours: someone else published on our subject
 		}
+		if ev.GetKind() == lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED {
+			s.trackExpiry(name, k, State{Held: true, FencingToken: ev.GetFencingToken(), ExpiresAt: ev.GetExpiresAt().AsTime()})
+		}
 		select {
 		case events <- ev:
 		default:
@@ -78,6 +81,11 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	defer unsubscribe() //nolint:errcheck // the connection may be gone; nothing to do then
+	if key != "" {
+		defer s.watches.add(name, key, false)()
+	} else {
+		defer s.watches.add(name, prefix, true)()
+	}
 	if err := s.bus.Flush(ctx); err != nil {
 		return server.Error(ctx, fmt.Errorf("%w: events: %v", ErrUnavailable, err))
 	}
@@ -90,6 +98,7 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 		if err != nil {
 			return toConnect(ctx, err)
 		}
+		s.trackExpiry(name, key, st) // its expiry is announced while the watch lasts
 		if err := stream.Send(&lockv1.WatchResponse{State: stateToProto(key, name, st)}); err != nil {
 			return err
 		}

@@ -15,16 +15,16 @@ var _ lock.QueueBackend = (*Backend)(nil)
 func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, entryTTL time.Duration) (lock.Attempt, error) {
 	start := time.Now()
 	keys := append(b.keys(key), b.layout.QueueKeys(key)...)
-	res, err := fairAcquireScript.Run(ctx, b.rdb, keys, owner, ttl.Milliseconds(), lock.MaxHoldCount, entryTTL.Milliseconds()).Slice()
+	res, err := fairAcquireScript.Run(ctx, b.rdb, keys, owner, ttl.Milliseconds(), lock.MaxHoldCount, entryTTL.Milliseconds(), graceMs).Slice()
 	if err != nil {
 		return lock.Attempt{}, lock.Unavailable(ctx, "redis", err)
 	}
-	if len(res) != 7 {
+	if len(res) != 8 {
 		return lock.Attempt{}, fmt.Errorf("redislock: fair acquire script returned %d values", len(res))
 	}
-	att, err := attempt(res, key, owner, start, ttl)
+	att, err := b.attempt(res, key, owner, start, ttl)
 	if err == nil && !att.Acquired {
-		att.Place, att.Arrival = int(toInt(res[5])), toInt(res[6])
+		att.Place, att.Arrival = int(toInt(res[6])), toInt(res[7])
 	}
 	return att, err
 }

@@ -11,13 +11,16 @@ import (
 //	<prefix>:{<key>}                 the lock hash {owner, count, fence, ttl, ...}; its PEXPIRE
 //	                                 is the lease, so a free key leaves nothing behind
 //	<prefix>:fence-bucket:{<tag>}    a fencing counter shared by every key of one Cluster slot
+//	<prefix>:lease:{<tag>}<key>      "<fence>:<owner>" of the lease, while it lives and for
+//	                                 ExpiryGrace after it ran out unreleased: what tells an
+//	                                 expiry from a release, until someone reports it
 //	<prefix>:queue:{<tag>}<key>      fair waiters by arrival (sorted set), while any wait
 //	<prefix>:queue-deadlines:{<tag>}<key>  their entry deadlines (hash), likewise
 //
 // Fencing tokens come from the counter of the lock hash's slot, raised with INCR by every new
 // holder and never expiring. A key's successive holders all draw from the same counter, so
 // their tokens strictly increase, while storage stays bounded by the live locks plus at most
-// 16384 counters per prefix: no per-key state outlives a lease. The counter's name carries a
+// 16384 counters per prefix: no per-key state outlives a lease by more than ExpiryGrace. The counter's name carries a
 // hash tag chosen to land in the lock hash's slot, so both keys of a script are in one slot
 // whatever the key contains, and the scripts run unchanged on Redis Cluster.
 
@@ -43,6 +46,12 @@ func NewLayout(prefix string) Layout {
 func (l Layout) Keys(key string) []string {
 	hash := l.prefix + ":{" + key + "}"
 	return []string{hash, l.prefix + ":fence-bucket:{" + slotTag(Slot(hash)) + "}"}
+}
+
+// LeaseKey returns the key that remembers key's lease after its hash expired, until its
+// expiry is reported (see ExpiryGrace); its hash tag lands in the lock hash's slot.
+func (l Layout) LeaseKey(key string) string {
+	return l.prefix + ":lease:{" + slotTag(Slot(l.prefix+":{"+key+"}")) + "}" + key
 }
 
 // QueueKeys returns the keys of key's line of fair waiters: a sorted set of owners by

@@ -38,16 +38,18 @@ func TestSlot(t *testing.T) {
 	}
 	l := NewLayout(DefaultPrefix)
 	for _, key := range hostileKeys {
-		k := l.Keys(key)
-		if Slot(k[0]) != Slot(k[1]) {
-			t.Errorf("key %q: lock hash %q in slot %d, fence counter %q in slot %d", key, k[0], Slot(k[0]), k[1], Slot(k[1]))
+		k := append(append(l.Keys(key), l.LeaseKey(key)), l.QueueKeys(key)...)
+		for _, other := range k[1:] {
+			if Slot(k[0]) != Slot(other) {
+				t.Errorf("key %q: lock hash %q in slot %d, %q in slot %d", key, k[0], Slot(k[0]), other, Slot(other))
+			}
 		}
 	}
 }
 
 // TestClusterHostileKeys runs every operation on a real (one-node) Redis Cluster, which
-// refuses a script whose keys are in different slots: the layout must keep each key's lock
-// and fence counter together, braces or not.
+// refuses a script whose keys are in different slots: the layout must keep each key's lock,
+// fence counter, lease key and line together, braces or not.
 func TestClusterHostileKeys(t *testing.T) {
 	t.Parallel()
 	b := New(testenv.StartRedisCluster(t), "")
@@ -63,8 +65,17 @@ func TestClusterHostileKeys(t *testing.T) {
 		if st, err := b.Inspect(ctx, key); err != nil || !st.Held {
 			t.Fatalf("Inspect(%q) = %+v, %v", key, st, err)
 		}
+		if att, err := b.TryAcquireFair(ctx, key, "rival", time.Minute, time.Minute); err != nil || att.Acquired {
+			t.Fatalf("TryAcquireFair(%q) = %+v, %v", key, att, err)
+		}
+		if err := b.LeaveQueue(ctx, key, "rival"); err != nil {
+			t.Fatalf("LeaveQueue(%q): %v", key, err)
+		}
 		if left, _, err := b.Release(ctx, key, "owner", 0); err != nil || left != 0 {
 			t.Fatalf("Release(%q) = %d, %v", key, left, err)
+		}
+		if st, err := b.EndExpired(ctx, key, att.Lease.FencingToken); err != nil || st.Held {
+			t.Fatalf("EndExpired(%q) = %+v, %v", key, st, err)
 		}
 	}
 }

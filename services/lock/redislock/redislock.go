@@ -1,12 +1,14 @@
 // Package redislock is the lock backend on a single Redis (or Redis Cluster): one Lua script
 // per operation, a server-side hold count for reentrancy, and fencing tokens from a per-slot
-// counter raised with INCR inside the acquire script (see Layout), so a free key leaves no
+// counter raised with INCR inside the acquire script (see Layout), so a released key leaves no
 // state behind.
 package redislock
 
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,11 +21,18 @@ const DefaultPrefix = "coordkit:lock"
 
 // Backend implements lock.Backend on Redis.
 type Backend struct {
+	lock.ExpiryHook
 	rdb    redis.Scripter
 	layout Layout
 }
 
-var _ lock.Backend = (*Backend)(nil)
+var _ lock.ExpiryReporter = (*Backend)(nil)
+
+// ExpiryGrace is how long the lease key of a lease that ran out unreleased outlives it, for
+// someone to report its expiry: an acquire that takes the lock over, or EndExpired, which the
+// service calls at the lease's end while it has waiters or watchers on the key. An expiry
+// nobody asked about within it goes unreported.
+const ExpiryGrace = time.Minute
 
 // New returns a backend on rdb whose keys start with prefix (DefaultPrefix when empty; no
 // braces, see NewLayout). The backend does not own rdb: whoever made the client closes it.
@@ -39,25 +48,39 @@ func New(rdb redis.Scripter, prefix string) *Backend {
 	return &Backend{rdb: rdb, layout: NewLayout(prefix)}
 }
 
-// keys returns the lock hash and fencing counter keys of key.
-func (b *Backend) keys(key string) []string { return b.layout.Keys(key) }
+// keys returns the lock hash, fencing counter and lease keys of key.
+func (b *Backend) keys(key string) []string {
+	return append(b.layout.Keys(key), b.layout.LeaseKey(key))
+}
+
+// ownKeys returns the lock hash and lease keys of key.
+func (b *Backend) ownKeys(key string) []string {
+	k := b.keys(key)
+	return []string{k[0], k[2]}
+}
+
+var graceMs = ExpiryGrace.Milliseconds()
 
 // TryAcquire implements lock.Backend.
 func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	res, err := acquireScript.Run(ctx, b.rdb, b.keys(key), owner, ttl.Milliseconds(), lock.MaxHoldCount).Slice()
+	res, err := acquireScript.Run(ctx, b.rdb, b.keys(key), owner, ttl.Milliseconds(), lock.MaxHoldCount, graceMs).Slice()
 	if err != nil {
 		return lock.Attempt{}, lock.Unavailable(ctx, "redis", err)
 	}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return lock.Attempt{}, fmt.Errorf("redislock: acquire script returned %d values", len(res))
 	}
-	return attempt(res, key, owner, start, ttl)
+	return b.attempt(res, key, owner, start, ttl)
 }
 
-// attempt reads the first five values of an acquire script's reply {status, fence, count,
-// ttl or the holder's pttl in ms, holder owner}; start is when the call began.
-func attempt(res []any, key, owner string, start time.Time, ttl time.Duration) (lock.Attempt, error) {
+// attempt reads the first six values of an acquire script's reply {status, fence, count,
+// ttl or the holder's pttl in ms, holder owner, ended lease}, reporting the ended lease;
+// start is when the call began.
+func (b *Backend) attempt(res []any, key, owner string, start time.Time, ttl time.Duration) (lock.Attempt, error) {
+	if ended, _ := res[5].(string); ended != "" {
+		b.reportEnded(key, ended)
+	}
 	fence, count, ms := toInt(res[1]), toInt(res[2]), toInt(res[3])
 	switch toInt(res[0]) {
 	case -3:
@@ -80,7 +103,7 @@ func attempt(res []any, key, owner string, start time.Time, ttl time.Duration) (
 
 // Release implements lock.Backend.
 func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, uint64, error) {
-	res, err := releaseScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, token).Int64Slice()
+	res, err := releaseScript.Run(ctx, b.rdb, b.ownKeys(key), owner, token).Int64Slice()
 	if err != nil {
 		return 0, 0, lock.Unavailable(ctx, "redis", err)
 	}
@@ -96,7 +119,7 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 // Renew implements lock.Backend.
 func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
 	start := time.Now()
-	res, err := renewScript.Run(ctx, b.rdb, b.keys(key)[:1], owner, ttl.Milliseconds()).Slice()
+	res, err := renewScript.Run(ctx, b.rdb, b.ownKeys(key), owner, ttl.Milliseconds(), graceMs).Slice()
 	if err != nil {
 		return lock.Lease{}, lock.Unavailable(ctx, "redis", err)
 	}
@@ -121,11 +144,45 @@ func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
 	if toInt(res[0]) != 1 {
 		return lock.State{}, nil
 	}
-	holder, _ := res[4].(string)
+	return heldState(res[1:]), nil
+}
+
+// heldState reads {fence, count, pttl, owner} of a held lock.
+func heldState(v []any) lock.State {
+	holder, _ := v[3].(string)
 	return lock.State{
-		Held: true, HolderID: lock.HolderID(holder), FencingToken: uint64(toInt(res[1])),
-		ExpiresAt: time.Now().Add(time.Duration(toInt(res[3])) * time.Millisecond), HoldCount: uint32(toInt(res[2])),
-	}, nil
+		Held: true, HolderID: lock.HolderID(holder), FencingToken: uint64(toInt(v[0])),
+		ExpiresAt: time.Now().Add(time.Duration(toInt(v[2])) * time.Millisecond), HoldCount: uint32(toInt(v[1])),
+	}
+}
+
+// EndExpired implements lock.ExpiryReporter: a lock no longer held gives up its lease key,
+// whose lease ran out unreleased when it is there, and this call reports it.
+func (b *Backend) EndExpired(ctx context.Context, key string, _ uint64) (lock.State, error) {
+	res, err := endExpiredScript.Run(ctx, b.rdb, b.ownKeys(key)).Slice()
+	if err != nil {
+		return lock.State{}, lock.Unavailable(ctx, "redis", err)
+	}
+	if len(res) < 2 {
+		return lock.State{}, fmt.Errorf("redislock: end-expired script returned %d values", len(res))
+	}
+	if toInt(res[1]) == 1 && len(res) == 6 {
+		return heldState(res[2:]), nil
+	}
+	if ended, _ := res[0].(string); ended != "" {
+		b.reportEnded(key, ended)
+	}
+	return lock.State{}, nil
+}
+
+// reportEnded reports the lease a lease key held: "<fence>:<owner>".
+func (b *Backend) reportEnded(key, ended string) {
+	fence, owner, _ := strings.Cut(ended, ":")
+	token, err := strconv.ParseUint(fence, 10, 64)
+	if err != nil {
+		return // not written by this package
+	}
+	b.Report(lock.Expiry{Key: key, FencingToken: token, HolderID: lock.HolderID(owner)})
 }
 
 // Close implements lock.Backend; the Redis client stays open for its owner to close.

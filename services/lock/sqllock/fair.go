@@ -36,7 +36,9 @@ func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, en
 	}
 	ttlMs, entryMs := ceilMillis(ttl), ceilMillis(entryTTL)
 	var att lock.Attempt
+	var ended *lock.Expiry
 	take := func(tx *sql.Tx, r row) (*row, error) {
+		ended = nil
 		if r.held() && r.owner == owner { // a re-entry never queues
 			next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
 			if err == nil {
@@ -54,7 +56,7 @@ func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, en
 			if err == nil && first == owner {
 				err = b.leaveLine(ctx, tx, key, owner)
 			}
-			att = granted
+			att, ended = granted, endedLease(key, r)
 			return next, err
 		}
 		arrival, err := b.stayInLine(ctx, tx, key, owner, r.now, entryMs)
@@ -72,6 +74,7 @@ func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, en
 	if err := b.takeRow(ctx, key, found, take); err != nil {
 		return lock.Attempt{}, err
 	}
+	b.report(ended)
 	if att.Acquired {
 		att.Lease.ExpiresAt = start.Add(ttl)
 	}

@@ -81,7 +81,7 @@ func (b *Backend) reclaimBatch(ctx context.Context) (deleted, candidates int, er
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	locked, err := tx.QueryContext(ctx, "SELECT lock_key, fencing_token, expires_at, "+b.d.NowMillis+
+	locked, err := tx.QueryContext(ctx, "SELECT lock_key, owner, fencing_token, expires_at, "+b.d.NowMillis+
 		" FROM "+leasesTable+" WHERE scope = ? AND lock_key IN "+in+" ORDER BY lock_key"+b.d.ForUpdate, args...)
 	if err != nil {
 		return 0, len(keys), err
@@ -89,19 +89,21 @@ func (b *Backend) reclaimBatch(ctx context.Context) (deleted, candidates int, er
 	var (
 		gone   = []any{b.scope}
 		floors = map[int64]uint64{}
+		ended  []*lock.Expiry // leases that ran out unreleased and unreported
 	)
 	for locked.Next() {
-		var (
-			k              string
-			token          uint64
-			expiresAt, now int64
-		)
-		if err := locked.Scan(&k, &token, &expiresAt, &now); err != nil {
+		var r row
+		var k string
+		if err := locked.Scan(&k, &r.owner, &r.token, &r.expiresAt, &r.now); err != nil {
 			locked.Close()
 			return 0, len(keys), err
 		}
-		if expiresAt > now {
+		if r.expiresAt > r.now {
 			continue // taken, renewed or released again since the candidates were read
+		}
+		token := r.token
+		if e := endedLease(k, r); e != nil {
+			ended = append(ended, e)
 		}
 		gone = append(gone, k)
 		if bucket := bucketOf(k); token > 0 && token > floors[bucket] {
@@ -127,6 +129,9 @@ func (b *Backend) reclaimBatch(ctx context.Context) (deleted, candidates int, er
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, len(keys), err
+	}
+	for _, e := range ended {
+		b.report(e)
 	}
 	return n, len(keys), nil
 }

@@ -183,18 +183,21 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 	}
 	ttlMs := ceilMillis(ttl)
 	var att lock.Attempt
+	var ended *lock.Expiry
 	take := func(tx *sql.Tx, r row) (*row, error) {
+		ended = nil
 		if r.held() && r.owner != owner {
 			att = lock.Attempt{Holder: r.state()}
 			return nil, nil
 		}
 		next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
-		att = granted
+		att, ended = granted, endedLease(key, r)
 		return next, err
 	}
 	if err := b.takeRow(ctx, key, found, take); err != nil {
 		return lock.Attempt{}, err
 	}
+	b.report(ended)
 	if att.Acquired {
 		att.Lease.ExpiresAt = start.Add(ttl)
 	}
@@ -236,6 +239,49 @@ func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner string, r ro
 	}
 	att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: token, HoldCount: 1}}
 	return &row{owner: owner, holds: 1, token: token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
+}
+
+// endedLease is the lease r held when it ran out unreleased and unreported (an owner is
+// still written, past expires_at), else nil: the transaction that writes over such a row
+// reports it once committed, and no other can.
+func endedLease(key string, r row) *lock.Expiry {
+	if r.owner == "" || r.held() {
+		return nil
+	}
+	return &lock.Expiry{Key: key, FencingToken: r.token, HolderID: lock.HolderID(r.owner)}
+}
+
+// report reports e, if any.
+func (b *Backend) report(e *lock.Expiry) {
+	if e != nil {
+		b.Report(*e)
+	}
+}
+
+// EndExpired implements lock.ExpiryReporter: a row whose lease ran out unreleased is freed
+// (as a release frees it) and its lease reported, in one transaction holding the row.
+func (b *Backend) EndExpired(ctx context.Context, key string, _ uint64) (lock.State, error) {
+	r, found, err := b.peek(ctx, key)
+	switch {
+	case err != nil:
+		return lock.State{}, lock.Unavailable(ctx, b.d.Name, err)
+	case !found || r.held() || r.owner == "":
+		return r.state(), nil // nothing ran out unreported: no transaction
+	}
+	var st lock.State
+	var ended *lock.Expiry
+	err = b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) {
+		st, ended = r.state(), endedLease(key, r)
+		if ended == nil {
+			return nil, nil
+		}
+		return &row{token: r.token, expiresAt: r.now + b.o.keepFree.Milliseconds()}, nil
+	})
+	if err != nil {
+		return lock.State{}, err
+	}
+	b.report(ended)
+	return st, nil
 }
 
 // takeRow runs take in a transaction that holds key's row, creating the row first when the

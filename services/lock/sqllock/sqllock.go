@@ -79,6 +79,7 @@ import (
 
 // Backend implements lock.Backend on a SQL database.
 type Backend struct {
+	lock.ExpiryHook
 	db     *sql.DB
 	d      Dialect
 	scope  string
@@ -93,7 +94,7 @@ type Backend struct {
 	closeErr    error
 }
 
-var _ lock.Backend = (*Backend)(nil)
+var _ lock.ExpiryReporter = (*Backend)(nil)
 
 // DefaultScope is the scope of a backend whose caller names none.
 const DefaultScope = "default"

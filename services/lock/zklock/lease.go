@@ -98,6 +98,13 @@ func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
 	return b.stateOf(v.head), nil
 }
 
+// EndExpired implements lock.ExpiryReporter. It is Inspect: reading the line ends (and
+// reports) an expired lease at its head. A lease also ends at its ttl without anyone asking,
+// by the timer of the instance whose session owns its node.
+func (b *Backend) EndExpired(ctx context.Context, key string, _ uint64) (lock.State, error) {
+	return b.Inspect(ctx, key)
+}
+
 // owns checks that head is owner's lease. A waiter being handed the lock holds nothing yet.
 func owns(head *entry, owner string) error {
 	switch {

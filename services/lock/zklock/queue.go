@@ -69,7 +69,11 @@ func (b *Backend) expire(ctx context.Context, e *entry) error {
 	case err == nil:
 		b.timers.forget(e.path)
 		b.leases.drop(e.path)
-		b.log.Debug("zklock: lease expired", "key", keyOf(parentOf(e.path)), "token", e.token(), "holds", e.data.Holds)
+		key := keyOf(parentOf(e.path))
+		b.log.Debug("zklock: lease expired", "key", key, "token", e.token(), "holds", e.data.Holds)
+		if e.holding() { // only the one delete at this version succeeds: reported once
+			b.Report(lock.Expiry{Key: key, FencingToken: e.token(), HolderID: lock.HolderID(e.data.Owner)})
+		}
 		b.dropParent(ctx, parentOf(e.path))
 	case moved(err):
 	default:

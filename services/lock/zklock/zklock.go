@@ -75,6 +75,7 @@ type Config struct {
 
 // Backend implements lock.FairBackend on ZooKeeper. Each Backend is one ZooKeeper session.
 type Backend struct {
+	lock.ExpiryHook
 	conn    *zk.Conn
 	root    string
 	session time.Duration
@@ -99,7 +100,10 @@ type Backend struct {
 	wakeups atomic.Int64
 }
 
-var _ lock.FairBackend = (*Backend)(nil)
+var (
+	_ lock.FairBackend    = (*Backend)(nil)
+	_ lock.ExpiryReporter = (*Backend)(nil)
+)
 
 // Open connects to the ensemble at servers (host:port each), waits for a session (as long as
 // ctx allows), creates cfg.Root when missing and returns the backend. Close ends the session,
