@@ -58,6 +58,7 @@ func (s *Service) onEvent(subj string, data []byte) {
 // leaseEnded is called after this instance released a lease for good: the local line is
 // woken at once, without the round trip through NATS, and the event tells every instance.
 func (s *Service) leaseEnded(kind lockv1.LockEventKind, backend, key string, token uint64, holderID string) {
+	s.untrackExpiry(backend, key, token)
 	if s.waiters.wakeHead(backend, key, token) {
 		s.metrics.wakeups.WithLabelValues(backend, "local").Inc()
 	}

@@ -63,24 +63,35 @@ const expiryCallTimeout = 5 * time.Second
 // expiryTracker ends leases at their expiry on behalf of the keys this instance cares about
 // (it has waiters or watchers on them), so each such lease that runs out unreleased produces
 // its expired event within moments of its end, even when nobody takes the lock over. It keeps
-// one timer per key, for the newest lease seen; the engine decides who reports.
+// one timer per key, at the earliest end it heard of: what it hears may be stale (a lease
+// renewed or released since) or forged (anyone on the NATS bus can publish an acquired
+// event), so a timer only makes the instance ask the engine, which answers with the truth
+// (and the lease to follow next, if any). A later end never pushes an earlier timer back, so
+// no event, forged or not, can keep a real lease from being checked at its end.
 type expiryTracker struct {
 	mu      sync.Mutex
 	keys    map[lineKey]*trackedLease
 	stopped bool
+	full    bool // maxTrackedKeys reached; logged once per episode
 }
+
+// maxTrackedKeys bounds the tracker: keys past it are not tracked (their expiries are then
+// announced by the next acquire or the engine's own cleanup), so a flood of events for
+// distinct keys cannot grow an instance without limit.
+const maxTrackedKeys = 100_000
 
 // trackedLease is the lease a key's timer waits for.
 type trackedLease struct {
 	token uint64
+	at    time.Time
 	timer *time.Timer
 }
 
 func newExpiryTracker() *expiryTracker { return &expiryTracker{keys: map[lineKey]*trackedLease{}} }
 
-// trackExpiry arms (or moves) key's timer to st's expiry, if st is a lease newer than or the
-// same as the one tracked and the engine can report expiries. Waiters call it with every
-// holder they meet, watchers with every acquired event.
+// trackExpiry arms key's timer at st's expiry, unless it is already armed for an earlier
+// moment, if the engine can report expiries. Waiters call it with every holder they meet,
+// watchers with the state they start from and every acquired event.
 func (s *Service) trackExpiry(backend, key string, st State) {
 	if !st.Held || st.FencingToken == 0 {
 		return
@@ -97,15 +108,45 @@ func (s *Service) trackExpiry(backend, key string, st State) {
 		return
 	}
 	cur := t.keys[k]
-	if cur != nil && cur.token > st.FencingToken {
+	switch {
+	case cur != nil && !st.ExpiresAt.Before(cur.at):
+		if st.FencingToken > cur.token {
+			cur.token = st.FencingToken // the newer lease is the one to ask about
+		}
+		return
+	case cur != nil:
+		cur.timer.Stop()
+	case len(t.keys) >= maxTrackedKeys:
+		if !t.full {
+			t.full = true
+			s.log.Warn("lock: tracking the expiry of too many keys; the expiries of further keys are announced late",
+				"limit", maxTrackedKeys)
+		}
 		return
 	}
-	if cur != nil {
-		cur.timer.Stop()
-	}
-	tl := &trackedLease{token: st.FencingToken}
+	tl := &trackedLease{token: max(st.FencingToken, tokenOf(cur)), at: st.ExpiresAt}
 	tl.timer = time.AfterFunc(max(time.Until(st.ExpiresAt)+time.Millisecond, 0), func() { s.checkExpiry(r, k, tl) })
 	t.keys[k] = tl
+}
+
+func tokenOf(tl *trackedLease) uint64 {
+	if tl == nil {
+		return 0
+	}
+	return tl.token
+}
+
+// untrackExpiry stops tracking key's lease once a lease with token (or a later one) ended:
+// released, or its expiry announced.
+func (s *Service) untrackExpiry(backend, key string, token uint64) {
+	t := s.expiries
+	k := lineKey{backend, key}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur := t.keys[k]; cur != nil && cur.token <= token {
+		cur.timer.Stop()
+		delete(t.keys, k)
+	}
 }
 
 // checkExpiry is a tracked lease's timer firing: if the instance still cares about the key,
@@ -118,14 +159,17 @@ func (s *Service) checkExpiry(r ExpiryReporter, k lineKey, tl *trackedLease) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), expiryCallTimeout)
-	st, err := r.EndExpired(ctx, k.key, tl.token)
+	t.mu.Lock()
+	token := tl.token
+	t.mu.Unlock()
+	st, err := r.EndExpired(ctx, k.key, token)
 	cancel()
 	switch {
 	case err != nil:
-		t.rearm(k, tl, expiryRetry)
-	case st.Held && st.FencingToken == tl.token: // renewed
-		t.rearm(k, tl, max(time.Until(st.ExpiresAt)+time.Millisecond, expiryRecheckMin))
-	case st.Held: // a newer lease: follow it
+		t.rearm(k, tl, time.Now().Add(expiryRetry))
+	case st.Held && st.FencingToken == token: // renewed
+		t.rearm(k, tl, st.ExpiresAt)
+	case st.Held: // another lease than the one heard of: follow it
 		t.forget(k, tl)
 		s.trackExpiry(k.backend, k.key, st)
 	default:
@@ -133,12 +177,14 @@ func (s *Service) checkExpiry(r ExpiryReporter, k lineKey, tl *trackedLease) {
 	}
 }
 
-// rearm fires tl's timer again after d, if tl is still the key's tracked lease.
-func (t *expiryTracker) rearm(k lineKey, tl *trackedLease, d time.Duration) {
+// rearm fires tl's timer again at at (at least expiryRecheckMin from now), if tl is still
+// the key's tracked lease.
+func (t *expiryTracker) rearm(k lineKey, tl *trackedLease, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.stopped && t.keys[k] == tl {
-		tl.timer.Reset(d)
+		tl.at = at
+		tl.timer.Reset(max(time.Until(at)+time.Millisecond, expiryRecheckMin))
 	}
 }
 
@@ -148,6 +194,9 @@ func (t *expiryTracker) forget(k lineKey, tl *trackedLease) {
 	defer t.mu.Unlock()
 	if t.keys[k] == tl {
 		delete(t.keys, k)
+	}
+	if len(t.keys) < maxTrackedKeys/2 {
+		t.full = false
 	}
 }
 

@@ -294,6 +294,9 @@ func (s *Service) Renew(ctx context.Context, req *lockv1.RenewRequest) (*lockv1.
 	if err != nil {
 		return nil, toConnect(ctx, err)
 	}
+	if s.interested(name, lease.Key) { // a renewal may shorten the lease: time its new end
+		s.trackExpiry(name, lease.Key, State{Held: true, FencingToken: lease.FencingToken, ExpiresAt: lease.ExpiresAt})
+	}
 	return &lockv1.RenewResponse{Lease: leaseToProto(name, lease)}, nil
 }
 

@@ -69,6 +69,8 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 		}
 		if ev.GetKind() == lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED {
 			s.trackExpiry(name, k, State{Held: true, FencingToken: ev.GetFencingToken(), ExpiresAt: ev.GetExpiresAt().AsTime()})
+		} else {
+			s.untrackExpiry(name, k, ev.GetFencingToken())
 		}
 		select {
 		case events <- ev:
