@@ -205,6 +205,8 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	}
 	if newLease {
 		s.leaseTaken(name, att.Lease)
+	} else if att.Acquired && s.interested(name, att.Lease.Key) { // a re-entry may shorten the lease
+		s.trackExpiry(name, att.Lease.Key, State{Held: true, FencingToken: att.Lease.FencingToken, ExpiresAt: att.Lease.ExpiresAt})
 	}
 	if !att.Acquired {
 		s.metrics.acquires.WithLabelValues(name, "busy").Inc()

@@ -42,7 +42,9 @@ func TestAttackExpiredTakeUndoDropsReentry(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	const key, me = "k", "me"
-	const xTTL = 300 * time.Millisecond
+	// Each node call may take xTTL/10: enough on a loaded 2-core host (300ms, 30ms per
+	// call, timed out on nodes 1 and 2 in a CI run, before the interleaving could happen).
+	const xTTL = 2 * time.Second
 	y := c.hooked(nil)
 
 	var yAtt lock.Attempt
