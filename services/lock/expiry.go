@@ -30,10 +30,10 @@ type ExpiryReporter interface {
 	// committed, for each lease it ended: hook.Report. The service calls it once, before it
 	// serves; reports made earlier are dropped.
 	ReportExpiries(report func(Expiry))
-	// EndExpired ends key's lease with token if its ttl has passed and reports it (unless it
-	// was released, or reported already), then returns the key's state: held with token
-	// means the lease still runs (it was renewed), and when it ends.
-	EndExpired(ctx context.Context, key string, token uint64) (State, error)
+	// EndExpired ends key's lease if its ttl has passed and reports it (unless it was
+	// released, or reported already), then returns the key's state: still held with the
+	// lease's token means it was renewed, and says when it now ends.
+	EndExpired(ctx context.Context, key string) (State, error)
 }
 
 // ExpiryHook holds an engine's report function; engines embed it and call Report. Its zero
@@ -162,7 +162,7 @@ func (s *Service) checkExpiry(r ExpiryReporter, k lineKey, tl *trackedLease) {
 	t.mu.Lock()
 	token := tl.token
 	t.mu.Unlock()
-	st, err := r.EndExpired(ctx, k.key, token)
+	st, err := r.EndExpired(ctx, k.key)
 	cancel()
 	switch {
 	case err != nil:

@@ -77,7 +77,7 @@ func TestAttackExpiryReportedOnce(t *testing.T) {
 								time.Sleep(time.Until(att.Lease.ExpiresAt) + time.Duration(rand.N(20)-8)*time.Millisecond)
 								switch g % 4 {
 								case 0, 1:
-									_, _ = e.EndExpired(ctx, key, att.Lease.FencingToken)
+									_, _ = e.EndExpired(ctx, key)
 								case 2:
 									rival := fmt.Sprintf("rival-%d-%d-%d", round, k, g)
 									if a, err := e.TryAcquire(ctx, key, rival, time.Minute); err == nil && a.Acquired {
@@ -96,7 +96,7 @@ func TestAttackExpiryReportedOnce(t *testing.T) {
 				for k := range keys {
 					key := fmt.Sprintf("attack/%d", k)
 					for {
-						st, err := engines[0].EndExpired(ctx, key, 0)
+						st, err := engines[0].EndExpired(ctx, key)
 						noErr(t, err)
 						if !st.Held {
 							break

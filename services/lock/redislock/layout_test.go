@@ -74,7 +74,7 @@ func TestClusterHostileKeys(t *testing.T) {
 		if left, _, err := b.Release(ctx, key, "owner", 0); err != nil || left != 0 {
 			t.Fatalf("Release(%q) = %d, %v", key, left, err)
 		}
-		if st, err := b.EndExpired(ctx, key, att.Lease.FencingToken); err != nil || st.Held {
+		if st, err := b.EndExpired(ctx, key); err != nil || st.Held {
 			t.Fatalf("EndExpired(%q) = %+v, %v", key, st, err)
 		}
 	}

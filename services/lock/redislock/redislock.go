@@ -158,7 +158,7 @@ func heldState(v []any) lock.State {
 
 // EndExpired implements lock.ExpiryReporter: a lock no longer held gives up its lease key,
 // whose lease ran out unreleased when it is there, and this call reports it.
-func (b *Backend) EndExpired(ctx context.Context, key string, _ uint64) (lock.State, error) {
+func (b *Backend) EndExpired(ctx context.Context, key string) (lock.State, error) {
 	res, err := endExpiredScript.Run(ctx, b.rdb, b.ownKeys(key)).Slice()
 	if err != nil {
 		return lock.State{}, lock.Unavailable(ctx, "redis", err)

@@ -35,50 +35,36 @@ func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, en
 		return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, err)
 	}
 	ttlMs, entryMs := ceilMillis(ttl), ceilMillis(entryTTL)
-	var att lock.Attempt
-	var ended *lock.Expiry
-	take := func(tx *sql.Tx, r row) (*row, error) {
-		ended = nil
+	return b.attempt(ctx, key, found, start, ttl, func(tx *sql.Tx, r row) (*row, lock.Attempt, error) {
 		if r.held() && r.owner == owner { // a re-entry never queues
 			next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
 			if err == nil {
 				err = b.leaveLineIfIn(ctx, tx, key, owner)
 			}
-			att = granted
-			return next, err
+			return next, granted, err
 		}
 		first, err := b.firstLive(ctx, tx, key, r.now)
 		if err != nil {
-			return nil, err
+			return nil, lock.Attempt{}, err
 		}
 		if !r.held() && (first == "" || first == owner) {
 			next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
 			if err == nil && first == owner {
 				err = b.leaveLine(ctx, tx, key, owner)
 			}
-			att, ended = granted, endedLease(key, r)
-			return next, err
+			return next, granted, err
 		}
 		arrival, err := b.stayInLine(ctx, tx, key, owner, r.now, entryMs)
 		if err != nil {
-			return nil, err
+			return nil, lock.Attempt{}, err
 		}
 		var ahead int
 		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+waitersTable+
 			" WHERE scope = ? AND lock_key = ? AND arrival < ?", b.scope, key, arrival).Scan(&ahead); err != nil {
-			return nil, dbError{err}
+			return nil, lock.Attempt{}, dbError{err}
 		}
-		att = lock.Attempt{Holder: r.state(), Place: ahead + 1, Arrival: arrival}
-		return nil, nil
-	}
-	if err := b.takeRow(ctx, key, found, take); err != nil {
-		return lock.Attempt{}, err
-	}
-	b.report(ended)
-	if att.Acquired {
-		att.Lease.ExpiresAt = start.Add(ttl)
-	}
-	return att, nil
+		return nil, lock.Attempt{Holder: r.state(), Place: ahead + 1, Arrival: arrival}, nil
+	})
 }
 
 // firstLive returns the first entry of key's line whose lease has not passed, deleting the

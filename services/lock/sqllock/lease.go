@@ -182,19 +182,30 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 		return lock.Attempt{Holder: r.state()}, nil
 	}
 	ttlMs := ceilMillis(ttl)
+	return b.attempt(ctx, key, found, start, ttl, func(tx *sql.Tx, r row) (*row, lock.Attempt, error) {
+		if r.held() && r.owner != owner {
+			return nil, lock.Attempt{Holder: r.state()}, nil
+		}
+		return b.grant(ctx, tx, key, owner, r, ttlMs)
+	})
+}
+
+// attempt runs one acquire attempt's transaction (take, through takeRow) and finishes it:
+// the lease take ran over, if it had run out unreleased, is reported once committed, and a
+// granted lease's expiry is measured from start, before the database was asked.
+func (b *Backend) attempt(ctx context.Context, key string, found bool, start time.Time, ttl time.Duration,
+	take func(tx *sql.Tx, r row) (*row, lock.Attempt, error)) (lock.Attempt, error) {
 	var att lock.Attempt
 	var ended *lock.Expiry
-	take := func(tx *sql.Tx, r row) (*row, error) {
-		ended = nil
-		if r.held() && r.owner != owner {
-			att = lock.Attempt{Holder: r.state()}
-			return nil, nil
+	err := b.takeRow(ctx, key, found, func(tx *sql.Tx, r row) (*row, error) {
+		next, a, err := take(tx, r)
+		att, ended = a, nil
+		if a.Acquired { // a takeover of r, or a re-entry (endedLease: nil)
+			ended = endedLease(key, r)
 		}
-		next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
-		att, ended = granted, endedLease(key, r)
 		return next, err
-	}
-	if err := b.takeRow(ctx, key, found, take); err != nil {
+	})
+	if err != nil {
 		return lock.Attempt{}, err
 	}
 	b.report(ended)
@@ -260,7 +271,7 @@ func (b *Backend) report(e *lock.Expiry) {
 
 // EndExpired implements lock.ExpiryReporter: a row whose lease ran out unreleased is freed
 // (as a release frees it) and its lease reported, in one transaction holding the row.
-func (b *Backend) EndExpired(ctx context.Context, key string, _ uint64) (lock.State, error) {
+func (b *Backend) EndExpired(ctx context.Context, key string) (lock.State, error) {
 	r, found, err := b.peek(ctx, key)
 	switch {
 	case err != nil:

@@ -101,7 +101,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
 // EndExpired implements lock.ExpiryReporter. It is Inspect: reading the line ends (and
 // reports) an expired lease at its head. A lease also ends at its ttl without anyone asking,
 // by the timer of the instance whose session owns its node.
-func (b *Backend) EndExpired(ctx context.Context, key string, _ uint64) (lock.State, error) {
+func (b *Backend) EndExpired(ctx context.Context, key string) (lock.State, error) {
 	return b.Inspect(ctx, key)
 }
 
