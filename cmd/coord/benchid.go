@@ -25,12 +25,13 @@ import (
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/service"
+	"github.com/coordkit/coordkit/libs/sqldb"
 	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/services/idgen"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
-	"github.com/coordkit/coordkit/services/idgen/sqldb"
 )
 
 // benchIDConfig is everything `coord bench id` can be told.
@@ -203,44 +204,37 @@ func openIDService(ctx context.Context, cfg benchIDConfig) (string, []idgenv1.Mo
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("bench: %w", err)
 	}
-	var closers []func() error
-	closeAll := func() error {
-		var errs []error
-		for i := len(closers) - 1; i >= 0; i-- {
-			errs = append(errs, closers[i]())
-		}
-		return errors.Join(errs...)
-	}
-	closers = append(closers, func() error { return os.RemoveAll(dir) })
+	var closers service.Closers
+	closers.Add(func() error { return os.RemoveAll(dir) })
 	logger := slog.New(slog.DiscardHandler)
 	scfg := idgen.StoreConfig{SQLitePath: filepath.Join(dir, "idgen.db"), MySQLDSN: cfg.mysqlDSN, Logger: logger,
 		RedisPrefix: "coordkit:bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
 	if cfg.redisAddr != "" {
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 64})
-		closers = append(closers, rdb.Close)
+		closers.Add(rdb.Close)
 		if err := rdb.Ping(ctx).Err(); err != nil {
-			return "", nil, nil, errors.Join(fmt.Errorf("bench: --redis-addr %s: %w", cfg.redisAddr, err), closeAll())
+			return "", nil, nil, closers.Fail(fmt.Errorf("bench: --redis-addr %s: %w", cfg.redisAddr, err))
 		}
 		scfg.Redis = rdb
 	}
 	srv := server.New(server.Config{Logger: logger})
 	scfg.Registerer = srv.Registry()
-	svc, err := idgen.Open(ctx, scfg)
+	svc, err := idgen.OpenService(ctx, scfg)
 	if err != nil {
-		return "", nil, nil, errors.Join(fmt.Errorf("bench: %w", err), closeAll())
+		return "", nil, nil, closers.Fail(fmt.Errorf("bench: %w", err))
 	}
-	closers = append(closers, svc.Close)
+	closers.Add(svc.Close)
 	srv.Handle(idgenv1connect.NewIdServiceHandler(svc, srv.HandlerOptions()...))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, nil, errors.Join(fmt.Errorf("bench: %w", err), closeAll())
+		return "", nil, nil, closers.Fail(fmt.Errorf("bench: %w", err))
 	}
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(serveCtx, ln) }()
 	stop := func() error {
 		cancel()
-		return errors.Join(<-errc, closeAll())
+		return errors.Join(<-errc, closers.Close())
 	}
 	return "http://" + ln.Addr().String(), modes, stop, nil
 }

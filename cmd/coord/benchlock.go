@@ -25,6 +25,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/config"
+	"github.com/coordkit/coordkit/libs/service"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
@@ -219,24 +220,17 @@ type pairFunc func(ctx context.Context, key string) error
 // --server names one, and connects to Redis for redsync. It returns a pair function per
 // target and the function that stops and closes everything it opened.
 func openTargets(ctx context.Context, cfg benchConfig) (map[string]pairFunc, func() error, error) {
-	var closers []func() error
-	closeAll := func() error {
-		var errs []error
-		for i := len(closers) - 1; i >= 0; i-- {
-			errs = append(errs, closers[i]())
-		}
-		return errors.Join(errs...)
-	}
+	var closers service.Closers
 	pairs := map[string]pairFunc{}
 	if slices.ContainsFunc(cfg.targets, isServiceTarget) {
 		url := cfg.serverURL
 		if url == "" {
 			u, stop, err := startService(ctx, cfg)
 			if err != nil {
-				return nil, nil, errors.Join(err, closeAll())
+				return nil, nil, closers.Fail(err)
 			}
 			url = u
-			closers = append(closers, stop)
+			closers.Add(stop)
 		}
 		c := client.New(url)
 		for _, target := range cfg.targets {
@@ -251,12 +245,12 @@ func openTargets(ctx context.Context, cfg benchConfig) (map[string]pairFunc, fun
 		}
 		pair, closeRedis, err := openRedsync(ctx, addrs, slices.Max(cfg.clients))
 		if err != nil {
-			return nil, nil, errors.Join(err, closeAll())
+			return nil, nil, closers.Fail(err)
 		}
-		closers = append(closers, closeRedis)
+		closers.Add(closeRedis)
 		pairs[target] = pair
 	}
-	return pairs, closeAll, nil
+	return pairs, closers.Close, nil
 }
 
 // startService starts the lock service in-process on a loopback port with the same
@@ -337,19 +331,12 @@ func servicePair(c *client.Client, backend string) pairFunc {
 // the function that closes the clients.
 func openRedsync(ctx context.Context, addrs []string, poolSize int) (pairFunc, func() error, error) {
 	var pools []redsyncredis.Pool
-	var clients []*redis.Client
-	closeAll := func() error {
-		var errs []error
-		for _, c := range clients {
-			errs = append(errs, c.Close())
-		}
-		return errors.Join(errs...)
-	}
+	var closers service.Closers
 	for _, addr := range addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: max(poolSize, 10)})
-		clients = append(clients, rdb)
+		closers.Add(rdb.Close)
 		if err := rdb.Ping(ctx).Err(); err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("bench: redsync node %s: %w", addr, err), closeAll())
+			return nil, nil, closers.Fail(fmt.Errorf("bench: redsync node %s: %w", addr, err))
 		}
 		pools = append(pools, goredsync.NewPool(rdb))
 	}
@@ -368,7 +355,7 @@ func openRedsync(ctx context.Context, addrs []string, poolSize int) (pairFunc, f
 		}
 		return nil
 	}
-	return pair, closeAll, nil
+	return pair, closers.Close, nil
 }
 
 // isServiceTarget reports whether target goes through the coordkit service.

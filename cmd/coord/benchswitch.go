@@ -10,9 +10,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/idgen/block"
 	"github.com/coordkit/coordkit/services/idgen/segment"
-	"github.com/coordkit/coordkit/services/idgen/sqldb"
 )
 
 // switchStep is the fixed segment size of the switch measurement: small, so that a run of

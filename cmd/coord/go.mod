@@ -7,6 +7,7 @@ replace (
 	github.com/coordkit/coordkit/proto => ../../proto
 	github.com/coordkit/coordkit/services/idgen => ../../services/idgen
 	github.com/coordkit/coordkit/services/lock => ../../services/lock
+	github.com/coordkit/coordkit/services/taskpick => ../../services/taskpick
 )
 
 require (
@@ -15,6 +16,7 @@ require (
 	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/idgen v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/lock v0.0.0-00010101000000-000000000000
+	github.com/coordkit/coordkit/services/taskpick v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.23.0

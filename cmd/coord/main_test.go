@@ -134,6 +134,9 @@ func TestServeConfigErrors(t *testing.T) {
 		{name: "unknown default backend", args: []string{"--default-backend", "etcd"}, want: `"etcd" is not configured`},
 		{name: "redis not answering", args: []string{"--redis-addr", freeAddr(t)}, want: "--redis-addr"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "--log-level"},
+		{name: "mysql not answering", args: []string{"--mysql-dsn", "root@tcp(" + freeAddr(t) + ")/coordkit"}, want: "--mysql-dsn"},
+		{name: "worker leases on redis without redis", args: []string{"--id-worker-leases", "redis"}, want: "--redis-addr"},
+		{name: "unknown worker lease store", args: []string{"--id-worker-leases", "etcd"}, want: "--id-worker-leases"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

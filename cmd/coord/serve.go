@@ -6,24 +6,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"path/filepath"
-	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/server"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	"github.com/coordkit/coordkit/libs/service"
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/idgen"
 	"github.com/coordkit/coordkit/services/lock"
-	"github.com/coordkit/coordkit/services/lock/redislock"
-	"github.com/coordkit/coordkit/services/lock/redlock"
-	"github.com/coordkit/coordkit/services/lock/sqllock"
-	"github.com/coordkit/coordkit/services/lock/zklock"
+	"github.com/coordkit/coordkit/services/lock/lockservice"
+	"github.com/coordkit/coordkit/services/taskpick/taskpickservice"
 )
 
 // serveConfig is everything `coord serve` can be told.
@@ -37,6 +33,8 @@ type serveConfig struct {
 	lockScope      string
 	idWorkerLeases string
 	defaultBackend string
+	taskDefault    string
+	taskRetention  time.Duration
 	logLevel       string
 	logFormat      string
 	compressMin    int
@@ -53,6 +51,8 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.zkAddrs, "zk-addrs", "", "comma-separated ZooKeeper host:port list; enables the zookeeper backend")
 	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB DSN (user:pass@tcp(host:3306)/db); enables the mysql backend")
 	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL database (default \"default\")")
+	fs.StringVar(&c.taskDefault, "task-default-backend", "", "task backend for requests that name none (default: the first enabled of redis, mysql, else sqlite)")
+	fs.DurationVar(&c.taskRetention, "task-retention", 0, "keep acked tasks this long (a Put of their id then reports them as existing); 0 deletes them at Ack")
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
 	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the SQLite file, or MySQL with --mysql-dsn) or redis (needs --redis-addr)")
 	fs.IntVar(&c.waitAttempts, "lock-wait-attempts", lock.DefaultWaitAttempts, "per backend, how many backend attempts of blocked Acquires may run at once after their first; Release, Renew and first attempts never queue behind them")
@@ -100,15 +100,45 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format: %q is neither text nor json", format)
 }
 
-// newServer opens the configured backends and returns a server with every service mounted,
-// and the function that closes what it opened.
+// mysqlConns is the pool every service shares on --mysql-dsn: the lock backend runs at most
+// 12 TryAcquires at once on it and keeps 4 for Release and Renew; the ID engines need a
+// few.
+const mysqlConns = 32
+
+// serviceEntry is one service `coord serve` mounts: open builds it on the shared Deps.
+type serviceEntry struct {
+	name string
+	open func(context.Context, service.Deps) (*service.Mounted, error)
+}
+
+// services lists every service `coord serve` mounts, in opening order (they close in
+// reverse, before the shared connections).
+func services(cfg serveConfig) []serviceEntry {
+	return []serviceEntry{
+		{"lock", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
+			return lockservice.Open(ctx, deps, lockservice.OpenConfig{
+				RedlockAddrs: splitList(cfg.redlockAddrs), ZooKeeperAddrs: splitList(cfg.zkAddrs),
+				Scope: cfg.lockScope, Default: cfg.defaultBackend, WaitAttempts: cfg.waitAttempts,
+			})
+		}},
+		{"idgen", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
+			return idgen.Open(ctx, deps, idgen.OpenConfig{WorkerLeases: cfg.idWorkerLeases})
+		}},
+		{"taskpick", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
+			return taskpickservice.Open(ctx, deps, taskpickservice.OpenConfig{Default: cfg.taskDefault, Retention: cfg.taskRetention})
+		}},
+	}
+}
+
+// newServer opens the connections the services share, then every service, and returns a
+// server with them mounted and the function that closes what it opened: the services first,
+// last opened first, then the shared connections (the event bus last: the services publish
+// until they close).
 func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*server.Server, func(), error) {
-	var closers []func() error
+	var closers service.Closers
 	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			if err := closers[i](); err != nil {
-				logger.Warn("close", "error", err)
-			}
+		if err := closers.Close(); err != nil {
+			logger.Warn("close", "error", err)
 		}
 	}
 	fail := func(err error) (*server.Server, func(), error) {
@@ -117,94 +147,54 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	}
 
 	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger, CompressMinBytes: cfg.compressMin})
-	bus, err := event.Open(ctx, event.Config{URL: cfg.natsURL, Listen: cfg.natsListen, Logger: logger, Registerer: srv.Registry()})
-	if err != nil {
-		return fail(fmt.Errorf("--nats-url/--nats-listen: %w", err))
-	}
-	closers = append(closers, bus.Close) // closed last: the services publish until they close
-	if u := bus.ClientURL(); u != "" {
-		logger.Info("embedded NATS accepts subscribers", "url", u)
-	}
-
-	backends := map[string]lock.Backend{}
-	sq, err := sqllock.OpenSQLite(ctx, filepath.Join(cfg.dataDir, "locks.db"), sqllock.WithLogger(logger))
+	deps, err := openDeps(ctx, cfg, srv, logger, &closers)
 	if err != nil {
 		return fail(err)
 	}
-	closers = append(closers, sq.Close)
-	backends["sqlite"] = sq
+	for _, e := range services(cfg) {
+		m, err := e.open(ctx, deps)
+		if err != nil {
+			return fail(fmt.Errorf("%s service: %w", e.name, err))
+		}
+		closers.Add(m.Close)
+		srv.Handle(m.Path, m.Handler)
+		logger.Info("service", append([]any{"name", e.name}, m.Summary...)...)
+	}
+	return srv, closeAll, nil
+}
 
-	var rdb *redis.Client
+// openDeps opens the connections every service shares, once: the event bus, and Redis and
+// MySQL when configured. It adds their Close to closers.
+func openDeps(ctx context.Context, cfg serveConfig, srv *server.Server, logger *slog.Logger, closers *service.Closers) (service.Deps, error) {
+	deps := service.Deps{
+		Logger: logger, Registerer: srv.Registry(), HandlerOptions: srv.HandlerOptions(), DataDir: cfg.dataDir,
+	}
+	bus, err := event.Open(ctx, event.Config{URL: cfg.natsURL, Listen: cfg.natsListen, Logger: logger, Registerer: srv.Registry()})
+	if err != nil {
+		return deps, fmt.Errorf("--nats-url/--nats-listen: %w", err)
+	}
+	closers.Add(bus.Close)
+	deps.Events = bus
+	if u := bus.ClientURL(); u != "" {
+		logger.Info("embedded NATS accepts subscribers", "url", u)
+	}
 	if cfg.redisAddr != "" {
-		rdb = redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 256, MaxRetries: -1})
-		closers = append(closers, rdb.Close)
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 256, MaxRetries: -1})
+		closers.Add(rdb.Close)
 		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fail(fmt.Errorf("--redis-addr %s: %w", cfg.redisAddr, err))
+			return deps, fmt.Errorf("--redis-addr %s: %w", cfg.redisAddr, err)
 		}
-		backends["redis"] = redislock.New(rdb, "")
-	}
-	if cfg.redlockAddrs != "" {
-		b, err := redlock.Open(ctx, splitList(cfg.redlockAddrs), redlock.Config{})
-		if err != nil {
-			return fail(fmt.Errorf("--redlock-addrs: %w", err))
-		}
-		closers = append(closers, b.Close)
-		backends["redlock"] = b
-	}
-	if cfg.zkAddrs != "" {
-		b, err := zklock.Open(ctx, splitList(cfg.zkAddrs), zklock.Config{Logger: logger})
-		if err != nil {
-			return fail(fmt.Errorf("--zk-addrs: %w", err))
-		}
-		closers = append(closers, b.Close)
-		backends["zookeeper"] = b
+		deps.Redis = rdb
 	}
 	if cfg.mysqlDSN != "" {
-		b, err := sqllock.OpenMySQL(ctx, cfg.mysqlDSN, cfg.lockScope, sqllock.WithLogger(logger))
+		db, err := sqldb.OpenMySQL(ctx, cfg.mysqlDSN, mysqlConns)
 		if err != nil {
-			return fail(fmt.Errorf("--mysql-dsn: %w", err))
+			return deps, fmt.Errorf("--mysql-dsn: %w", err)
 		}
-		closers = append(closers, b.Close)
-		backends["mysql"] = b
+		closers.Add(db.Close)
+		deps.MySQL = db
 	}
-	def := cfg.defaultBackend
-	if def == "" {
-		def = "sqlite"
-		for _, name := range []string{"redis", "redlock", "zookeeper", "mysql"} {
-			if backends[name] != nil {
-				def = name
-				break
-			}
-		}
-	}
-
-	svc, err := lock.NewService(lock.Config{
-		Backends: backends, Default: def, Registerer: srv.Registry(), Logger: logger,
-		WaitAttempts: cfg.waitAttempts, Events: bus,
-	})
-	if err != nil {
-		return fail(fmt.Errorf("--default-backend: %w", err))
-	}
-	srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
-
-	idCfg := idgen.StoreConfig{
-		SQLitePath:   filepath.Join(cfg.dataDir, "idgen.db"),
-		MySQLDSN:     cfg.mysqlDSN, // segments and worker leases on MySQL when given
-		WorkerLeases: cfg.idWorkerLeases,
-		Registerer:   srv.Registry(),
-		Logger:       logger,
-	}
-	if rdb != nil { // a nil *redis.Client in the interface field would not be nil
-		idCfg.Redis = rdb
-	}
-	ids, err := idgen.Open(ctx, idCfg)
-	if err != nil {
-		return fail(fmt.Errorf("id service: %w", err))
-	}
-	closers = append(closers, ids.Close) // closed before Redis, so it can release its lease
-	srv.Handle(idgenv1connect.NewIdServiceHandler(ids, srv.HandlerOptions()...))
-	logger.Info("lock backends", "enabled", strings.Join(slices.Sorted(maps.Keys(backends)), ","), "default", def)
-	return srv, closeAll, nil
+	return deps, nil
 }
 
 // splitList splits a comma-separated flag value, dropping empty items and spaces.

@@ -1,6 +1,7 @@
 // Package sqldb opens the SQL databases coordkit keeps state in, with the settings every
 // service needs: SQLite in WAL mode with IMMEDIATE transactions for the embedded default, and
-// MySQL/MariaDB that fails fast when the server is down.
+// MySQL/MariaDB that fails fast when the server is down. Dialect holds the few fragments
+// where the two differ, so every service writes its SQL once.
 package sqldb
 
 import (
@@ -22,7 +23,7 @@ import (
 // file serialize instead of failing to upgrade a read lock) and a 10s busy timeout. It keeps
 // one connection: SQLite runs one writer at a time anyway, and this process's writers then
 // queue in Go instead of sleeping in SQLite's busy handler.
-func OpenSQLite(ctx context.Context, path string) (*sql.DB, error) {
+func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("sqldb: %w", err)
 	}
@@ -40,14 +41,14 @@ func OpenSQLite(ctx context.Context, path string) (*sql.DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
 	}
-	return db, nil
+	return &DB{DB: db, Dialect: SQLite}, nil
 }
 
 // OpenMySQL connects to the MySQL or MariaDB database in dsn (go-sql-driver format, e.g.
 // user:pass@tcp(host:3306)/coordkit) with at most maxConns connections. Unless the DSN says
 // otherwise it dials within 2s, reads and writes within 10s (a database that is down is
 // answered unavailable fast instead of hanging callers), and runs its sessions in UTC.
-func OpenMySQL(ctx context.Context, dsn string, maxConns int) (*sql.DB, error) {
+func OpenMySQL(ctx context.Context, dsn string, maxConns int) (*DB, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqldb: mysql dsn: %w", err)
@@ -84,7 +85,7 @@ func OpenMySQL(ctx context.Context, dsn string, maxConns int) (*sql.DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqldb: mysql %s: %w", cfg.Addr, err)
 	}
-	return db, nil
+	return &DB{DB: db, Dialect: MySQL}, nil
 }
 
 // driverLog sends the driver's messages (mostly "closing bad idle connection" after a

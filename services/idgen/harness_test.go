@@ -60,9 +60,9 @@ func startInstance(t *testing.T, cfg idgen.StoreConfig) *instance {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := server.New(server.Config{Logger: logger})
 	cfg.Registerer, cfg.Logger = srv.Registry(), logger
-	svc, err := idgen.Open(context.Background(), cfg)
+	svc, err := idgen.OpenService(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("idgen.Open: %v", err)
+		t.Fatalf("idgen.OpenService: %v", err)
 	}
 	srv.Handle(idgenv1connect.NewIdServiceHandler(svc, srv.HandlerOptions()...))
 	url, stopServer := testenv.Serve(t, srv)

@@ -1,6 +1,10 @@
 package idgen
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/coordkit/coordkit/libs/server"
+)
 
 // metrics are the ID-specific Prometheus series, labelled by mode.
 type metrics struct {
@@ -19,8 +23,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Valid Next calls that failed in their engine (store down, lease lost, unknown tag), by mode.",
 		}, []string{"mode"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.issued, m.errors)
-	}
+	server.Register(reg, m.issued, m.errors)
 	return m
 }

@@ -10,10 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/libs/service"
+	"github.com/coordkit/coordkit/libs/sqldb"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/services/idgen/redisincr"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
-	"github.com/coordkit/coordkit/services/idgen/sqldb"
 	"github.com/coordkit/coordkit/services/idgen/workerid"
 )
 
@@ -25,15 +27,71 @@ const (
 	LeasesRedis = "redis"
 )
 
+// mysqlConns is the pool of a MySQL store OpenService opens itself. It is small:
+// reservations are rare (one per segment, one lease renewal every few seconds) and short.
+const mysqlConns = 8
+
+// OpenConfig is the ID service's own configuration; the connections it shares with the
+// process's other services come in service.Deps.
+type OpenConfig struct {
+	// WorkerLeases is LeasesSQL (default) or LeasesRedis, which needs Deps.Redis.
+	WorkerLeases string
+}
+
+// Open opens the ID service on the process's shared connections: segment tags and
+// worker-id leases on Deps.MySQL when set, else in the SQLite file idgen.db in Deps.DataDir;
+// MODE_REDIS_INCR (and LeasesRedis) on Deps.Redis when set. The Mounted service's Close
+// releases the worker id and closes what Open opened, never Deps: close Redis after it, so
+// that a lease held there can be released.
+func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Mounted, error) {
+	scfg := StoreConfig{
+		SQLitePath:   deps.SQLitePath("idgen.db"),
+		DB:           deps.MySQL,
+		Redis:        deps.RedisClient(),
+		WorkerLeases: cfg.WorkerLeases,
+		Registerer:   deps.Registerer,
+		Logger:       deps.Log(),
+	}
+	switch cfg.WorkerLeases {
+	case "", LeasesSQL:
+	case LeasesRedis:
+		if scfg.Redis == nil {
+			return nil, errors.New("idgen: --id-worker-leases redis needs --redis-addr")
+		}
+	default:
+		return nil, fmt.Errorf("idgen: --id-worker-leases %q: want %q or %q", cfg.WorkerLeases, LeasesSQL, LeasesRedis)
+	}
+	svc, err := OpenService(ctx, scfg)
+	if err != nil {
+		return nil, err
+	}
+	store, leases := "sqlite", cfg.WorkerLeases
+	if deps.MySQL != nil {
+		store = deps.MySQL.Dialect.Name
+	}
+	if leases == "" {
+		leases = LeasesSQL
+	}
+	path, h := idgenv1connect.NewIdServiceHandler(svc, deps.HandlerOptions...)
+	return &service.Mounted{
+		Path: path, Handler: h, Close: svc.Close,
+		Summary: []any{"id_store", store, "worker_leases", leases, "redis_incr", scfg.Redis != nil},
+	}, nil
+}
+
 // StoreConfig says where the engines keep their state. The zero value of every field but
-// SQLitePath means its default; with only SQLitePath set every mode but MODE_REDIS_INCR works
-// and nothing needs installing.
+// SQLitePath (or DB) means its default; with only SQLitePath set every mode but
+// MODE_REDIS_INCR works and nothing needs installing.
 type StoreConfig struct {
+	// DB is a SQL database the caller shares with other services, holding segment tags and
+	// worker-id leases. The service uses it and never closes it; when it is set SQLitePath
+	// and MySQLDSN are ignored.
+	DB *sqldb.DB
 	// SQLitePath is the embedded SQLite file holding segment tags and worker-id leases, used
-	// when MySQLDSN is empty. Instances sharing it must run on one machine.
+	// when DB is nil and MySQLDSN empty. Instances sharing it must run on one machine.
 	SQLitePath string
 	// MySQLDSN puts segment tags and worker-id leases on MySQL/MariaDB instead (go-sql-driver
-	// DSN), for instances on several machines.
+	// DSN), for instances on several machines; used when DB is nil.
 	MySQLDSN string
 	// Redis enables MODE_REDIS_INCR (and LeasesRedis). The caller keeps ownership.
 	Redis redis.UniversalClient
@@ -57,40 +115,38 @@ type StoreConfig struct {
 	Logger *slog.Logger
 }
 
-// Open opens the stores cfg names, starts the engines (leasing a snowflake worker id) and
-// returns the service. Close the service to release the worker id and close the stores.
-func Open(ctx context.Context, cfg StoreConfig) (*Service, error) {
+// OpenService opens the stores cfg names, starts the engines (leasing a snowflake worker id)
+// and returns the service. Close the service to release the worker id and close the stores
+// it opened.
+func OpenService(ctx context.Context, cfg StoreConfig) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	var closers []func() error
-	fail := func(err error) (*Service, error) {
-		for i := len(closers) - 1; i >= 0; i-- {
-			err = errors.Join(err, closers[i]())
-		}
-		return nil, err
-	}
+	var closers service.Closers
+	fail := func(err error) (*Service, error) { return nil, closers.Fail(err) }
 
-	var db *sqldb.DB
-	var err error
-	switch {
-	case cfg.MySQLDSN != "":
-		db, err = sqldb.OpenMySQL(ctx, cfg.MySQLDSN)
-	case cfg.SQLitePath != "":
-		db, err = sqldb.OpenSQLite(ctx, cfg.SQLitePath)
-	default:
-		err = errors.New("idgen: no SQL store: set SQLitePath or MySQLDSN")
+	db := cfg.DB
+	if db == nil {
+		var err error
+		switch {
+		case cfg.MySQLDSN != "":
+			db, err = sqldb.OpenMySQL(ctx, cfg.MySQLDSN, mysqlConns)
+		case cfg.SQLitePath != "":
+			db, err = sqldb.OpenSQLite(ctx, cfg.SQLitePath)
+		default:
+			err = errors.New("idgen: no SQL store: set DB, SQLitePath or MySQLDSN")
+		}
+		if err != nil {
+			return fail(err)
+		}
+		closers.Add(db.Close)
 	}
-	if err != nil {
-		return fail(err)
-	}
-	closers = append(closers, db.Close)
 	segStore, err := segment.NewStore(ctx, db)
 	if err != nil {
 		return fail(err)
 	}
 	segments := segment.New(segStore, segment.Config{Clock: cfg.Clock, Logger: cfg.Logger})
-	closers = append(closers, segments.Close)
+	closers.Add(segments.Close)
 
 	var leases workerid.Store
 	switch cfg.WorkerLeases {
@@ -112,16 +168,17 @@ func Open(ctx context.Context, cfg StoreConfig) (*Service, error) {
 	if err != nil {
 		return fail(err)
 	}
-	closers = append(closers, gen.Close)
+	closers.Add(gen.Close)
 
 	scfg := Config{Snowflake: gen, Segments: segments, Clock: cfg.Clock, Registerer: cfg.Registerer, Logger: cfg.Logger}
 	if cfg.Redis != nil {
 		incr := redisincr.New(cfg.Redis, redisincr.Config{Prefix: cfg.RedisPrefix, Block: cfg.RedisBlock, Logger: cfg.Logger})
-		closers = append(closers, incr.Close)
+		closers.Add(incr.Close)
 		scfg.RedisIncr = incr
 	}
 	s := NewService(scfg)
-	// The service closes what Open opened, in reverse: engines, then the lease, then the DB.
+	// The service closes what OpenService opened, in reverse: engines, then the lease, then
+	// the DB it opened itself.
 	s.closers = closers
 	return s, nil
 }

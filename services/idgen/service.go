@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/service"
 	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/services/idgen/segment"
@@ -44,7 +45,7 @@ type Service struct {
 	clock    func() time.Time
 	metrics  *metrics
 	log      *slog.Logger
-	closers  []func() error // engines and stores, closed in reverse order
+	closers  service.Closers // engines and stores, closed in reverse order
 }
 
 var _ idgenv1connect.IdServiceHandler = (*Service)(nil)
@@ -86,21 +87,15 @@ func NewService(cfg Config) *Service {
 	// Snowflake last: its Close releases the worker-id lease, which needs its store open.
 	for _, e := range []any{cfg.Snowflake, cfg.RedisIncr, cfg.Segments} {
 		if c, ok := e.(interface{ Close() error }); ok {
-			s.closers = append(s.closers, c.Close)
+			s.closers.Add(c.Close)
 		}
 	}
 	return s
 }
 
 // Close stops the engines (background reservations, lease renewal, releasing the worker id)
-// and closes the stores Open opened.
-func (s *Service) Close() error {
-	var errs []error
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		errs = append(errs, s.closers[i]())
-	}
-	return errors.Join(errs...)
-}
+// and closes the stores OpenService opened. Later calls do nothing.
+func (s *Service) Close() error { return s.closers.Close() }
 
 func uuids(gen func() (uuid.UUID, error)) source {
 	return func(_ context.Context, _ string, n int) ([]string, error) {
@@ -140,7 +135,7 @@ func (s *Service) Next(ctx context.Context, req *idgenv1.NextRequest) (*idgenv1.
 	}
 	src, ok := s.sources[p.mode]
 	if !ok {
-		return nil, invalid("mode", "%s is not configured on this service", p.mode)
+		return nil, server.InvalidField("mode", "%s is not configured on this service", p.mode)
 	}
 	ids, err := src(ctx, p.tag, p.count)
 	mode := p.mode.String()
@@ -156,11 +151,11 @@ func (s *Service) Next(ctx context.Context, req *idgenv1.NextRequest) (*idgenv1.
 func (s *Service) Decode(_ context.Context, req *idgenv1.DecodeRequest) (*idgenv1.DecodeResponse, error) {
 	id, err := snowflake.Parse(req.GetId())
 	if err != nil {
-		return nil, invalid("id", "%v", err)
+		return nil, server.InvalidField("id", "%v", err)
 	}
 	d, err := snowflake.Decode(id, s.clock())
 	if err != nil {
-		return nil, invalid("id", "%v", err)
+		return nil, server.InvalidField("id", "%v", err)
 	}
 	return &idgenv1.DecodeResponse{
 		Time: timestamppb.New(d.Time), WorkerId: uint32(d.Worker), Sequence: uint32(d.Sequence),

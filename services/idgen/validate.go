@@ -1,12 +1,10 @@
 package idgen
 
 import (
-	"fmt"
 	"unicode"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
-
+	"github.com/coordkit/coordkit/libs/server"
 	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/services/idgen/block"
 	"github.com/coordkit/coordkit/services/idgen/segment"
@@ -24,27 +22,21 @@ const (
 	MaxStep = block.MaxStep
 )
 
-// invalid returns an invalid_argument error that names the field.
-func invalid(field, format string, args ...any) error {
-	return connect.NewError(connect.CodeInvalidArgument,
-		fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-}
-
 // validateTag accepts 1 to MaxTagBytes bytes of valid UTF-8 without control characters:
 // any script, spaces, dots and colons are fine, but a NUL or a newline in a key that ends up
 // in logs, Redis keys and CLI output only causes trouble.
 func validateTag(tag string) error {
 	switch {
 	case tag == "":
-		return invalid("tag", "must not be empty")
+		return server.InvalidField("tag", "must not be empty")
 	case len(tag) > MaxTagBytes:
-		return invalid("tag", "is %d bytes, the limit is %d", len(tag), MaxTagBytes)
+		return server.InvalidField("tag", "is %d bytes, the limit is %d", len(tag), MaxTagBytes)
 	case !utf8.ValidString(tag):
-		return invalid("tag", "must be valid UTF-8")
+		return server.InvalidField("tag", "must be valid UTF-8")
 	}
 	for _, r := range tag {
 		if unicode.IsControl(r) {
-			return invalid("tag", "must not contain control characters (found %U)", r)
+			return server.InvalidField("tag", "must not contain control characters (found %U)", r)
 		}
 	}
 	return nil
@@ -63,19 +55,19 @@ func parseNext(req *idgenv1.NextRequest) (nextParams, error) {
 	switch p.mode {
 	case idgenv1.Mode_MODE_UUID_V4, idgenv1.Mode_MODE_UUID_V7, idgenv1.Mode_MODE_SNOWFLAKE:
 		if p.tag != "" {
-			return p, invalid("tag", "must be empty for %s: only MODE_SEGMENT and MODE_REDIS_INCR have tags", p.mode)
+			return p, server.InvalidField("tag", "must be empty for %s: only MODE_SEGMENT and MODE_REDIS_INCR have tags", p.mode)
 		}
 	case idgenv1.Mode_MODE_SEGMENT, idgenv1.Mode_MODE_REDIS_INCR:
 		if err := validateTag(p.tag); err != nil {
 			return p, err
 		}
 	case idgenv1.Mode_MODE_UNSPECIFIED:
-		return p, invalid("mode", "must be set (MODE_UUID_V4, MODE_UUID_V7, MODE_SNOWFLAKE, MODE_SEGMENT or MODE_REDIS_INCR)")
+		return p, server.InvalidField("mode", "must be set (MODE_UUID_V4, MODE_UUID_V7, MODE_SNOWFLAKE, MODE_SEGMENT or MODE_REDIS_INCR)")
 	default:
-		return p, invalid("mode", "%d is not a known mode", int32(p.mode))
+		return p, server.InvalidField("mode", "%d is not a known mode", int32(p.mode))
 	}
 	if req.GetCount() < 1 || req.GetCount() > MaxCount {
-		return p, invalid("count", "%d is outside [1, %d]", req.GetCount(), MaxCount)
+		return p, server.InvalidField("count", "%d is outside [1, %d]", req.GetCount(), MaxCount)
 	}
 	return p, nil
 }
@@ -97,19 +89,19 @@ func parseCreateTag(req *idgenv1.CreateTagRequest) (tagParams, error) {
 		p.start = 1
 	}
 	if p.start < 0 || p.start > segment.MaxStart {
-		return p, invalid("start", "%d is outside [1, 2^62]", req.GetStart())
+		return p, server.InvalidField("start", "%d is outside [1, 2^62]", req.GetStart())
 	}
 	if p.step == 0 {
 		p.step = segment.DefaultStep
 	}
 	if p.step < 1 || p.step > MaxStep {
-		return p, invalid("step", "%d is outside [1, %d]", req.GetStep(), MaxStep)
+		return p, server.InvalidField("step", "%d is outside [1, %d]", req.GetStep(), MaxStep)
 	}
 	if len(p.description) > MaxDescriptionBytes {
-		return p, invalid("description", "is %d bytes, the limit is %d", len(p.description), MaxDescriptionBytes)
+		return p, server.InvalidField("description", "is %d bytes, the limit is %d", len(p.description), MaxDescriptionBytes)
 	}
 	if !utf8.ValidString(p.description) {
-		return p, invalid("description", "must be valid UTF-8")
+		return p, server.InvalidField("description", "must be valid UTF-8")
 	}
 	return p, nil
 }

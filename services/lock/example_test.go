@@ -81,7 +81,7 @@ func openShop(ctx context.Context, path string) *shop {
 	if err != nil {
 		panic(err)
 	}
-	return &shop{db: db}
+	return &shop{db: db.DB}
 }
 
 func (s *shop) stock(ctx context.Context, sku string) (int, error) {

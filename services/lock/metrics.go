@@ -59,18 +59,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 				"expiry (the holder's lease ran out), recheck (the periodic check of the first waiter).",
 		}, []string{"backend", "cause"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.acquires, m.contention, m.waited, m.retries, m.waitAttempts, m.releases, m.waiterAttempts, m.wakeups)
-	}
+	server.Register(reg, m.acquires, m.contention, m.waited, m.retries, m.waitAttempts, m.releases, m.waiterAttempts, m.wakeups)
 	return m
-}
-
-// failure is the result label of a failed call: canceled when it ended without a fault of
-// the service (the caller canceled, its deadline passed, the server shut down), error when a
-// backend or the request failed.
-func failure(err error) string {
-	if server.Ended(err) {
-		return "canceled"
-	}
-	return "error"
 }

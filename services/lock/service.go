@@ -143,7 +143,7 @@ func (s *Service) backend(name string) (string, Backend, error) {
 	}
 	b, ok := s.backends[name]
 	if !ok {
-		return "", nil, invalid("backend", "%q is not configured on this service (configured: %s)", name, names(s.backends))
+		return "", nil, server.InvalidField("backend", "%q is not configured on this service (configured: %s)", name, names(s.backends))
 	}
 	return name, b, nil
 }
@@ -196,7 +196,7 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	att, err := s.acquire(ctx, name, b, p)
 	if err != nil {
 		err = toConnect(ctx, err)
-		s.metrics.acquires.WithLabelValues(name, failure(err)).Inc()
+		s.metrics.acquires.WithLabelValues(name, server.Failure(err)).Inc()
 		return nil, err
 	}
 	newLease := att.Acquired && (fresh || att.Lease.HoldCount == 1)
@@ -232,7 +232,7 @@ func (s *Service) checkFair(name string, b Backend, p acquireParams) error {
 		}
 	}
 	slices.Sort(fair)
-	return invalid("fair", "backend %q keeps no line of waiters, so it cannot serve first come, first served (fair backends here: %s)",
+	return server.InvalidField("fair", "backend %q keeps no line of waiters, so it cannot serve first come, first served (fair backends here: %s)",
 		name, strings.Join(fair, ", "))
 }
 
@@ -259,7 +259,7 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	remaining, token, err := b.Release(ctx, req.GetKey(), req.GetOwner(), req.GetFencingToken())
 	if err != nil {
 		err = toConnect(ctx, err)
-		s.metrics.releases.WithLabelValues(name, failure(err)).Inc()
+		s.metrics.releases.WithLabelValues(name, server.Failure(err)).Inc()
 		return nil, err
 	}
 	result := "released"

@@ -29,15 +29,15 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 	key, prefix := req.GetKey(), req.GetPrefix()
 	switch {
 	case key == "" && prefix == "":
-		return invalid("key", "must not be empty: set key, or prefix to watch every key starting with it")
+		return server.InvalidField("key", "must not be empty: set key, or prefix to watch every key starting with it")
 	case key != "" && prefix != "":
-		return invalid("prefix", "must be empty when key is set: watch one key or a prefix")
+		return server.InvalidField("prefix", "must be empty when key is set: watch one key or a prefix")
 	case key != "":
 		if err := validateKey(key); err != nil {
 			return err
 		}
 	default:
-		if err := validateKeyField("prefix", prefix); err != nil {
+		if err := server.CheckKey("prefix", prefix); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@
 // in any program can use it without pulling in a NATS client or server.
 //
 //	coordkit.lock.v1.<kind>.<backend>.<key token>    kind: acquired, released, expired
+//	coordkit.taskpick.v1.available.<backend>.<pool token>
 package subject
 
 import (

@@ -109,3 +109,16 @@ func TestLockSubject(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskAvailableSubject(t *testing.T) {
+	for _, pool := range []string{"emails", "a.b", "*", ">", "", " x ", "日本", "%41"} {
+		subj := subject.TaskAvailable("redis", pool)
+		b, p, ok := subject.ParseTaskAvailable(subj)
+		if !ok || b != "redis" || p != pool {
+			t.Errorf("ParseTaskAvailable(%q) = %q, %q, %v; want redis, %q", subj, b, p, ok, pool)
+		}
+	}
+	if _, _, ok := subject.ParseTaskAvailable("coordkit.taskpick.v1.available.redis"); ok {
+		t.Error("a subject without a pool parsed")
+	}
+}

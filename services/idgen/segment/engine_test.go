@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/idgen/block"
 	"github.com/coordkit/coordkit/services/idgen/segment"
-	"github.com/coordkit/coordkit/services/idgen/sqldb"
 )
 
 // dbs are the SQL engines the segment table runs on; each returns a fresh handle.
@@ -20,7 +20,7 @@ var dbs = []struct {
 	open func(t *testing.T) *sqldb.DB
 }{
 	{"mysql", func(t *testing.T) *sqldb.DB {
-		db, err := sqldb.OpenMySQL(context.Background(), testenv.MySQLDSN())
+		db, err := sqldb.OpenMySQL(context.Background(), testenv.MySQLDSN(), 8)
 		noErr(t, err)
 		t.Cleanup(func() { db.Close() })
 		return db

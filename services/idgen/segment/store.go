@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/idgen/block"
-	"github.com/coordkit/coordkit/services/idgen/sqldb"
 )
 
 // Errors of the segment engine.

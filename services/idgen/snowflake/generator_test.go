@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
-	"github.com/coordkit/coordkit/services/idgen/sqldb"
 	"github.com/coordkit/coordkit/services/idgen/workerid"
 )
 
@@ -33,7 +33,7 @@ var leaseStores = []leaseCase{
 		}
 	}},
 	{name: "mysql", store: func(t *testing.T) (workerid.Store, func(*testing.T, int)) {
-		db, err := sqldb.OpenMySQL(context.Background(), testenv.MySQLDSN())
+		db, err := sqldb.OpenMySQL(context.Background(), testenv.MySQLDSN(), 8)
 		noErr(t, err)
 		t.Cleanup(func() { db.Close() })
 		return sqlStore(t, db)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
-	"github.com/coordkit/coordkit/services/idgen/sqldb"
 	"github.com/coordkit/coordkit/services/idgen/workerid"
 )
 

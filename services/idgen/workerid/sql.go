@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordkit/coordkit/services/idgen/sqldb"
+	"github.com/coordkit/coordkit/libs/sqldb"
 )
 
 // SQL leases worker ids in the table coordkit_idgen_workers, one row per id created up front:

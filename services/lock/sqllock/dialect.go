@@ -1,16 +1,18 @@
 package sqllock
 
 import (
-	"errors"
+	"fmt"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/coordkit/coordkit/libs/sqldb"
 )
 
-// Dialect holds the few SQL fragments that differ between engines; everything else in this
-// package is shared, so a fix to the locking logic lands for every SQL engine at once.
+// Dialect is a SQL engine's dialect (sqldb.Dialect) with what only the lock tables need;
+// everything else in this package is shared, so a fix to the locking logic lands for every SQL
+// engine at once. The dialect's NowMillis must be truncated, never rounded up: expiry relies
+// on the instant read being at most a millisecond past it. Deadlock is asked only of a
+// statement run on its own (autocommit, no other lock held).
 type Dialect struct {
-	// Name labels errors ("sqlite", "mysql").
-	Name string
+	sqldb.Dialect
 	// Schema creates the tables; each statement must be idempotent. The tables are
 	// coordkit_lock_leases(scope, lock_key, owner, hold_count, fencing_token, expires_at,
 	// ttl_ms) with the primary key (scope, lock_key), the unique key that makes two holders
@@ -20,32 +22,17 @@ type Dialect struct {
 	// with the primary key (scope, lock_key, owner) and indexes on (scope, lock_key, arrival)
 	// and (scope, deadline).
 	Schema []string
-	// TableExists counts the tables named by its one parameter (0 or 1).
-	TableExists string
-	// NowMillis is an expression for the database's clock in Unix milliseconds, truncated
-	// (never rounded up: expiry relies on the instant read being at most a millisecond past
-	// it): the database, never a service instance's clock, decides expiry.
-	NowMillis string
-	// ForUpdate follows a SELECT that reads a row the transaction will change ("" when the
-	// engine locks the whole database for a write transaction, as SQLite's BEGIN IMMEDIATE).
-	ForUpdate string
-	// InsertIgnore starts an INSERT that does nothing when the key exists.
-	InsertIgnore string
 	// InsertInTx says that a write transaction locks the whole database (SQLite's BEGIN
 	// IMMEDIATE), so a new key's row is inserted inside the transaction that takes it: no
 	// other transaction runs meanwhile, so none can deadlock with it, and the acquire is one
 	// write instead of two. Otherwise the insert runs on its own first (see the package doc).
 	InsertInTx bool
-	// Retryable says whether a statement run on its own (autocommit, no other lock held)
-	// failed only because the engine chose it as a deadlock victim, so running it again is
-	// safe. Nil: never.
-	Retryable func(error) bool
 }
 
 // SQLite is the dialect of modernc.org/sqlite. Open the database with OpenSQLite so that
 // transactions begin IMMEDIATE (taking the write lock up front) and wait on a busy database.
 var SQLite = Dialect{
-	Name: "sqlite",
+	Dialect: sqldb.SQLite,
 	Schema: []string{
 		`CREATE TABLE IF NOT EXISTS coordkit_lock_leases (
 		scope         TEXT    NOT NULL,
@@ -75,21 +62,14 @@ var SQLite = Dialect{
 		`CREATE INDEX IF NOT EXISTS coordkit_lock_waiters_line ON coordkit_lock_waiters (scope, lock_key, arrival)`,
 		`CREATE INDEX IF NOT EXISTS coordkit_lock_waiters_deadline ON coordkit_lock_waiters (scope, deadline)`,
 	},
-	TableExists: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-	// SQLite's clock is whole milliseconds, which 'subsec' turns into a floating-point
-	// number of seconds: times 1000 it may come out as …999.9999, which a CAST would
-	// truncate to a millisecond early. ROUND recovers the exact millisecond.
-	NowMillis:    "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
-	ForUpdate:    "",
-	InsertIgnore: "INSERT OR IGNORE",
-	InsertInTx:   true,
+	InsertInTx: true,
 }
 
 // MySQL is the dialect of MySQL 8 and MariaDB 10.6+ (InnoDB). Keys are VARBINARY so that
 // they compare byte for byte: no collation folds case or ignores trailing spaces, which would
 // make two different keys one lock.
 var MySQL = Dialect{
-	Name: "mysql",
+	Dialect: sqldb.MySQL,
 	Schema: []string{
 		`CREATE TABLE IF NOT EXISTS coordkit_lock_leases (
 		scope         VARBINARY(64)   NOT NULL,
@@ -119,17 +99,15 @@ var MySQL = Dialect{
 		INDEX coordkit_lock_waiters_deadline (scope, deadline)
 	) ENGINE=InnoDB`,
 	},
-	TableExists:  "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
-	NowMillis:    "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
-	ForUpdate:    " FOR UPDATE",
-	InsertIgnore: "INSERT IGNORE",
-	Retryable:    mysqlDeadlock,
 }
 
-// mysqlDeadlock reports InnoDB's deadlock error. Two INSERT IGNOREs of one key whose row
-// was just deleted can each take a shared lock on the delete-marked record and then both
-// need it exclusively; InnoDB rolls one back.
-func mysqlDeadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1213 // ER_LOCK_DEADLOCK
+// dialectOf is the lock dialect of an engine's dialect, chosen by its name.
+func dialectOf(d sqldb.Dialect) (Dialect, error) {
+	switch d.Name {
+	case SQLite.Name:
+		return SQLite, nil
+	case MySQL.Name:
+		return MySQL, nil
+	}
+	return Dialect{}, fmt.Errorf("sqllock: no lock dialect for %q databases (want %q or %q)", d.Name, SQLite.Name, MySQL.Name)
 }

@@ -50,7 +50,7 @@ func sqliteStore(t *testing.T) *store {
 		t.Fatalf("open sqlite: %v", err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	return &store{scope: DefaultScope, raw: raw, open: func(t *testing.T, opts ...Option) *Backend {
+	return &store{scope: DefaultScope, raw: raw.DB, open: func(t *testing.T, opts ...Option) *Backend {
 		b, err := OpenSQLite(context.Background(), path, opts...)
 		if err != nil {
 			t.Fatalf("open sqlite: %v", err)
@@ -71,10 +71,10 @@ func mysqlStore(t *testing.T) *store {
 	}
 	// Registered first, so it runs after every backend of the test has closed.
 	t.Cleanup(func() {
-		DropScope(context.Background(), raw, scope) //nolint:errcheck // best effort
+		DropScope(context.Background(), raw.DB, scope) //nolint:errcheck // best effort
 		raw.Close()
 	})
-	return &store{scope: scope, raw: raw, open: func(t *testing.T, opts ...Option) *Backend {
+	return &store{scope: scope, raw: raw.DB, open: func(t *testing.T, opts ...Option) *Backend {
 		b, err := OpenMySQL(context.Background(), testenv.MySQLDSN(), scope, opts...)
 		if err != nil {
 			t.Fatalf("open mysql: %v", err)

@@ -68,7 +68,7 @@ const maxRetries = 10
 // retryable says whether err only means "chosen as a deadlock victim, nothing done": the
 // statement or transaction can run again.
 func (b *Backend) retryable(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && b.d.Retryable != nil && b.d.Retryable(err)
+	return err != nil && ctx.Err() == nil && b.d.Deadlock != nil && b.d.Deadlock(err)
 }
 
 // placeholderMs is how long a placeholder row is safe from the janitor: its keep-free

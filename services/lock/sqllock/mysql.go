@@ -21,12 +21,11 @@ func OpenMySQL(ctx context.Context, dsn, scope string, opts ...Option) (*Backend
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: %w", err)
 	}
-	b, err := New(ctx, db, MySQL, scope, opts...)
+	b, err := New(ctx, db, scope, opts...)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	b.ownsDB = true
-	b.reserveConns(mysqlConns)
 	return b, nil
 }

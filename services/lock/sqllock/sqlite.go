@@ -15,7 +15,7 @@ func OpenSQLite(ctx context.Context, path string, opts ...Option) (*Backend, err
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: %w", err)
 	}
-	b, err := New(ctx, db, SQLite, "", opts...)
+	b, err := New(ctx, db, "", opts...)
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -52,8 +52,9 @@
 // An attempt on a lock someone else holds is one plain read, with no transaction and no row
 // lock, so a crowd of waiters never queues on the row the holder needs for Release and Renew.
 // Statements are prepared once (the MySQL driver otherwise prepares each one anew, a second
-// round trip inside every transaction). A backend from OpenMySQL runs at most 12 attempts at
-// once on its 16 connections, keeping the others for Release, Renew and Inspect.
+// round trip inside every transaction). On a pool of more than 4 connections a backend runs
+// at most that many less 4 attempts at once, and never more than 12 (12 of OpenMySQL's 16),
+// keeping the others for Release, Renew and Inspect, and on a shared pool for other services.
 //
 // # Upgrading from the single-table layout
 //
@@ -74,6 +75,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/lock"
 )
 
@@ -123,20 +125,26 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 // New creates the schema and this scope's fence floors if needed (migrating a scope of the
 // single-table layout, see the package doc) and returns a backend on db whose locks live in
-// scope (DefaultScope when empty). Its janitor runs until Close. The caller keeps ownership
-// of db.
-func New(ctx context.Context, db *sql.DB, d Dialect, scope string, opts ...Option) (*Backend, error) {
+// scope (DefaultScope when empty), in the lock dialect of db's engine (SQLite or MySQL). Its
+// janitor runs until Close. The caller keeps ownership of db, which other services may
+// share: see the package doc for how many TryAcquires run on its pool at once.
+func New(ctx context.Context, db *sqldb.DB, scope string, opts ...Option) (*Backend, error) {
+	d, err := dialectOf(db.Dialect)
+	if err != nil {
+		return nil, err
+	}
 	if scope == "" {
 		scope = DefaultScope
 	}
-	b := &Backend{db: db, d: d, scope: scope, o: options{keepFree: 10 * time.Second, interval: 10 * time.Second, logger: slog.Default()}}
+	b := &Backend{db: db.DB, d: d, scope: scope, o: options{keepFree: 10 * time.Second, interval: 10 * time.Second, logger: slog.Default()}}
 	for _, opt := range opts {
 		opt(&b.o)
 	}
+	b.reserveConns(db.Stats().MaxOpenConnections)
 	if err := b.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("sqllock: %s schema: %w", d.Name, err)
 	}
-	if err := b.st.prepare(ctx, db, d); err != nil {
+	if err := b.st.prepare(ctx, db.DB, d); err != nil {
 		b.st.close()
 		return nil, fmt.Errorf("sqllock: %s: %w", d.Name, err)
 	}
@@ -147,11 +155,13 @@ func New(ctx context.Context, db *sql.DB, d Dialect, scope string, opts ...Optio
 }
 
 // reserveConns bounds TryAcquire to a pool of conns minus the connections kept for Release,
-// Renew and Inspect.
+// Renew and Inspect, and to maxSlots however large the pool: a pool shared with other
+// services must keep connections for them too. A pool of at most reserved connections (or
+// an unlimited one, 0) gets no bound.
 func (b *Backend) reserveConns(conns int) {
-	const reserved = 4
+	const reserved, maxSlots = 4, 12
 	if conns > reserved {
-		b.slots = make(chan struct{}, conns-reserved)
+		b.slots = make(chan struct{}, min(conns-reserved, maxSlots))
 	}
 }
 

@@ -1,0 +1,92 @@
+package sqldb
+
+import (
+	"database/sql"
+	"errors"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Dialect holds the SQL fragments that differ between engines, so every service writes its
+// SQL once.
+type Dialect struct {
+	// Name labels errors and metrics ("sqlite", "mysql").
+	Name string
+	// Key is the column type of a short binary-compared key (a tag, a pool, a task id): no
+	// collation may fold case or trailing spaces, which would make two keys one.
+	Key string
+	// Text is the column type of free text.
+	Text string
+	// Int64 is the column type of a signed 64-bit integer.
+	Int64 string
+	// Blob is the column type of an opaque payload of up to 16 MiB.
+	Blob string
+	// TableOptions follows a CREATE TABLE's closing parenthesis.
+	TableOptions string
+	// TableExists counts the tables named by its one parameter (0 or 1).
+	TableExists string
+	// NowMillis is an expression for the database's clock in Unix milliseconds, truncated
+	// (never rounded up): the database, never an instance's clock, decides when a lease
+	// expired.
+	NowMillis string
+	// ForUpdate follows a SELECT of rows the transaction will change ("" where a write
+	// transaction locks the whole database, as SQLite's BEGIN IMMEDIATE).
+	ForUpdate string
+	// SkipLocked follows a SELECT of rows the transaction will claim, skipping rows another
+	// transaction has locked ("" where a write transaction locks the whole database).
+	SkipLocked string
+	// InsertIgnore starts an INSERT that does nothing when the key exists.
+	InsertIgnore string
+	// Deadlock says whether a statement failed only because the engine chose it as a
+	// deadlock victim and rolled it back whole, so running it again is safe.
+	Deadlock func(error) bool
+}
+
+// SQLite is the dialect of modernc.org/sqlite; open the database with OpenSQLite.
+var SQLite = Dialect{
+	Name:         "sqlite",
+	Key:          "TEXT",
+	Text:         "TEXT",
+	Int64:        "INTEGER",
+	Blob:         "BLOB",
+	TableOptions: "",
+	TableExists:  "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+	// SQLite's clock is whole milliseconds, which 'subsec' turns into a floating-point
+	// number of seconds: times 1000 it may come out as …999.9999, which a CAST would
+	// truncate to a millisecond early. ROUND recovers the exact millisecond.
+	NowMillis:    "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
+	ForUpdate:    "",
+	SkipLocked:   "",
+	InsertIgnore: "INSERT OR IGNORE",
+	Deadlock:     func(error) bool { return false },
+}
+
+// MySQL is the dialect of MySQL 8 and MariaDB 10.6+ (InnoDB).
+var MySQL = Dialect{
+	Name:         "mysql",
+	Key:          "VARBINARY(512)",
+	Text:         "VARCHAR(256)",
+	Int64:        "BIGINT",
+	Blob:         "MEDIUMBLOB",
+	TableOptions: " ENGINE=InnoDB",
+	TableExists:  "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+	NowMillis:    "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+	ForUpdate:    " FOR UPDATE",
+	SkipLocked:   " FOR UPDATE SKIP LOCKED",
+	InsertIgnore: "INSERT IGNORE",
+	Deadlock:     mysqlDeadlock,
+}
+
+// mysqlDeadlock reports InnoDB's deadlock error (ER_LOCK_DEADLOCK): InnoDB rolled the
+// statement's transaction back whole.
+func mysqlDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
+
+// DB is a database handle with its dialect.
+type DB struct {
+	*sql.DB
+	// Dialect is the engine's SQL flavour.
+	Dialect Dialect
+}

@@ -1,0 +1,153 @@
+// Package taskpick is coordkit's task-pick service: pools of tasks that workers pick under
+// leases, so two workers never hold one task at once (the seeds' "A and B grab the same task"),
+// finished with fenced acks and recovered when a worker dies. The Connect handler, the Backend
+// interface, waiting picks and the recovery sweeper live here; engines live in subpackages
+// (redistask on Redis, sqltask on MySQL/MariaDB and SQLite).
+package taskpick
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordkit/coordkit/libs/server"
+)
+
+// Errors a Backend returns; the handler maps them to Connect codes at the edge.
+var (
+	// ErrNotFound means the task does not exist in the pool.
+	ErrNotFound = errors.New("taskpick: no such task")
+	// ErrStaleLease means the token is not the task's current lease, or that lease expired.
+	ErrStaleLease = errors.New("taskpick: not the task's current lease")
+	// ErrUnavailable means the backend could not be reached or did not answer. It wraps
+	// server.ErrUnavailable, which every service answers as unavailable.
+	ErrUnavailable = fmt.Errorf("taskpick: %w", server.ErrUnavailable)
+)
+
+// Order says which available tasks a pick takes first.
+type Order int
+
+// Orders of Pick.
+const (
+	// FIFO takes the task that became available first.
+	FIFO Order = iota
+	// Priority takes the highest priority first, FIFO among equals.
+	Priority
+	// Random takes tasks uniformly at random.
+	Random
+)
+
+// State is where a task is.
+type State int
+
+// States of a task.
+const (
+	// Available tasks wait to be picked.
+	Available State = iota + 1
+	// Delayed tasks are available once RunAt passes.
+	Delayed
+	// Leased tasks are held by a worker.
+	Leased
+	// Dead tasks used every attempt.
+	Dead
+	// Done tasks were acked and are kept for the retention.
+	Done
+)
+
+// NewTask is a validated task to put.
+type NewTask struct {
+	ID          string
+	Payload     []byte
+	Priority    int32
+	Delay       time.Duration // from the backend's clock at the put; 0 means now
+	MaxAttempts uint32
+}
+
+// LeasedTask is a picked task.
+type LeasedTask struct {
+	ID          string
+	Payload     []byte
+	Priority    int32
+	Token       uint64
+	Attempt     uint32
+	MaxAttempts uint32
+}
+
+// Task is a task as anyone may see it.
+type Task struct {
+	ID          string
+	Payload     []byte
+	Priority    int32
+	State       State
+	Attempt     uint32
+	MaxAttempts uint32
+	Failures    uint32
+	Recoveries  uint32
+	// RunAt is when the task becomes (became) available; for a leased task, its lease's end.
+	RunAt     time.Time
+	LastError string
+}
+
+// Stats counts a pool's tasks.
+type Stats struct {
+	Available, Delayed, Leased, Dead, Done uint64
+	// OldestAvailable is when the longest-waiting available task became available; zero
+	// when none is.
+	OldestAvailable time.Time
+	// Now is the backend's clock when it counted.
+	Now time.Time
+}
+
+// Picked is the result of one Pick attempt.
+type Picked struct {
+	Tasks []LeasedTask
+	// NextDue, when fewer tasks than asked were found, is the earliest time a delayed task
+	// becomes due (zero when none is delayed): a waiting pick sleeps until then at most.
+	NextDue time.Time
+}
+
+// Recovered counts, per pool, the tasks a sweep made available again.
+type Recovered struct {
+	Pool string
+	// Available is how many expired leases went back to available.
+	Available int
+	// Dead is how many expired leases were on their last attempt and died.
+	Dead int
+	// Due is how many delayed tasks became available (backends that move them).
+	Due int
+}
+
+// Backend is one storage engine. Every method is atomic on its own: Pick moves each task it
+// returns from available to leased in one step no other Pick can interleave with, and Ack,
+// Nack and Extend check the token and the lease's end in the same step that changes the task.
+// The backend's own clock decides when a lease ends and when a delayed task is due.
+type Backend interface {
+	// Put adds the tasks that do not exist in pool; created[i] says whether tasks[i] was added.
+	// It writes all of them or none.
+	Put(ctx context.Context, pool string, tasks []NewTask) (created []bool, err error)
+	// Pick leases up to n available tasks of pool for ttl.
+	Pick(ctx context.Context, pool string, n int, ttl time.Duration, order Order) (Picked, error)
+	// Ack finishes the task held by token: ErrNotFound or ErrStaleLease otherwise.
+	Ack(ctx context.Context, pool, id string, token uint64) error
+	// Nack gives the task held by token back, available after retryAfter, or dead when it was
+	// on its last attempt (dead reports which).
+	Nack(ctx context.Context, pool, id string, token uint64, retryAfter time.Duration, reason string) (dead bool, err error)
+	// Extend sets the end of the lease held by token to now + ttl.
+	Extend(ctx context.Context, pool, id string, token uint64, ttl time.Duration) error
+	// Get reads a task.
+	Get(ctx context.Context, pool, id string) (Task, error)
+	// Stats counts pool's tasks.
+	Stats(ctx context.Context, pool string) (Stats, error)
+	// ListDead returns up to limit dead tasks of pool, oldest death first, and how many
+	// there are.
+	ListDead(ctx context.Context, pool string, limit int) ([]Task, uint64, error)
+	// Requeue makes the dead tasks among ids available with a fresh attempt budget.
+	Requeue(ctx context.Context, pool string, ids []string) (requeued []bool, err error)
+	// Sweep returns tasks whose lease ended to available (dead on their last attempt) and
+	// deletes done tasks past the retention, in every pool, at most limit tasks per call.
+	// Two sweeps at once never recover one lease twice.
+	Sweep(ctx context.Context, limit int) ([]Recovered, error)
+	// Close releases the backend's resources (not connections it was given).
+	Close() error
+}

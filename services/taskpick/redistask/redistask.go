@@ -1,0 +1,346 @@
+// Package redistask is the task-pick backend on Redis: every operation is one Lua script, so
+// it is atomic, and all of a pool's keys share one hash slot, so the scripts run unchanged on
+// Redis Cluster.
+//
+// Key layout, with T a hash tag that lands in the pool's slot:
+//
+//	<prefix>:{T}:ready:<pool>    ready tasks by priority (score -priority), ties by ready time
+//	<prefix>:{T}:fifo:<pool>     the same tasks by the time they became available
+//	<prefix>:{T}:delayed:<pool>  tasks waiting for their run_at (score)
+//	<prefix>:{T}:leased:<pool>   leased tasks by lease end: what the sweep recovers
+//	<prefix>:{T}:dead:<pool>     dead tasks by time of death
+//	<prefix>:{T}:done:<pool>     acked tasks kept for the retention, by purge time
+//	<prefix>:{T}:seq:<pool>      a counter that orders tasks that became ready in one ms
+//	<prefix>:{T}:reg:<pool>      set while the pool is in the pools hash
+//	<prefix>:{T}:task:<pool>\0<id>  the task hash
+//	<prefix>:pools               pool -> registration generation: the pools a sweep visits
+//
+// Tasks live in exactly one of ready (both sets), delayed, leased, dead or done. Redis's own
+// clock (TIME, in a script) decides lease ends and due times. A pool is in the pools hash while
+// it has leased or done tasks; the sweep drops it when it has none, conditional on the
+// generation it read, so a pool registered again meanwhile is never lost.
+package redistask
+
+import (
+	"context"
+
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/libs/redisslot"
+	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/services/taskpick"
+)
+
+// DefaultPrefix starts every key.
+const DefaultPrefix = "coordkit:task"
+
+// Config configures a Backend.
+type Config struct {
+	// Prefix starts every key; default DefaultPrefix. It must not contain braces.
+	Prefix string
+	// Retention keeps acked tasks as done for this long; 0 deletes them at Ack.
+	Retention time.Duration
+}
+
+// Backend implements taskpick.Backend on Redis.
+type Backend struct {
+	rdb    redis.UniversalClient
+	prefix string
+	cfg    Config
+}
+
+var _ taskpick.Backend = (*Backend)(nil)
+
+// New returns a backend on rdb; the caller keeps ownership of rdb.
+func New(rdb redis.UniversalClient, cfg Config) *Backend {
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	return &Backend{rdb: rdb, prefix: cfg.Prefix, cfg: cfg}
+}
+
+// Close implements taskpick.Backend; the client is the caller's.
+func (b *Backend) Close() error { return nil }
+
+// keys returns the pool's keys (KEYS of every script) and the task-key prefix (ARGV[1]).
+func (b *Backend) keys(pool string) ([]string, string) {
+	base := b.prefix + ":{" + redisslot.Tag(redisslot.Of(pool)) + "}:"
+	ks := make([]string, 0, 8)
+	for _, k := range []string{"ready:", "fifo:", "delayed:", "leased:", "dead:", "done:", "seq:", "reg:"} {
+		ks = append(ks, base+k+pool)
+	}
+	return ks, base + "task:" + pool + "\x00"
+}
+
+func (b *Backend) poolsKey() string { return b.prefix + ":pools" }
+
+func (b *Backend) fail(ctx context.Context, err error) error {
+	return server.Unavailable(ctx, taskpick.ErrUnavailable, "redis", err)
+}
+
+func (b *Backend) run(ctx context.Context, s *redis.Script, pool string, args ...any) (any, error) {
+	keys, p := b.keys(pool)
+	v, err := s.Run(ctx, b.rdb, keys, append([]any{p}, args...)...).Result()
+	if err != nil {
+		return nil, b.fail(ctx, err)
+	}
+	return v, nil
+}
+
+// register adds pool to the pools hash after a script said it had left it.
+func (b *Backend) register(ctx context.Context, pool string, flag int64) error {
+	if flag != 1 {
+		return nil
+	}
+	if err := b.rdb.HIncrBy(ctx, b.poolsKey(), pool, 1).Err(); err != nil {
+		return b.fail(ctx, err)
+	}
+	return nil
+}
+
+// Put implements taskpick.Backend.
+func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask) ([]bool, error) {
+	args := make([]any, 0, 5*len(tasks))
+	for _, t := range tasks {
+		args = append(args, t.ID, t.Payload, t.Priority, ceilMillis(t.Delay), t.MaxAttempts)
+	}
+	v, err := b.run(ctx, putScript, pool, args...)
+	if err != nil {
+		return nil, err
+	}
+	vals := v.([]any)
+	created := make([]bool, len(vals))
+	for i, x := range vals {
+		created[i] = x.(int64) == 1
+	}
+	return created, nil
+}
+
+// orderArg names an order for pickScript.
+func orderArg(o taskpick.Order) string {
+	switch o {
+	case taskpick.Priority:
+		return "priority"
+	case taskpick.Random:
+		return "random"
+	}
+	return "fifo"
+}
+
+// Pick implements taskpick.Backend.
+func (b *Backend) Pick(ctx context.Context, pool string, n int, ttl time.Duration, order taskpick.Order) (taskpick.Picked, error) {
+	v, err := b.run(ctx, pickScript, pool, n, ceilMillis(ttl), orderArg(order))
+	if err != nil {
+		return taskpick.Picked{}, err
+	}
+	vals := v.([]any)
+	var out taskpick.Picked
+	if due := toInt(vals[1]); due >= 0 {
+		out.NextDue = time.UnixMilli(due)
+	}
+	for i := 2; i+5 < len(vals); i += 6 {
+		out.Tasks = append(out.Tasks, taskpick.LeasedTask{
+			ID: vals[i].(string), Payload: []byte(vals[i+1].(string)), Priority: int32(toInt(vals[i+2])),
+			Token: uint64(toInt(vals[i+3])), Attempt: uint32(toInt(vals[i+4])), MaxAttempts: uint32(toInt(vals[i+5])),
+		})
+	}
+	if err := b.register(ctx, pool, vals[0].(int64)); err != nil {
+		// The tasks are leased; without registration a crash of their worker would go
+		// unrecovered until the pool is registered again, so report the failure.
+		return taskpick.Picked{}, err
+	}
+	return out, nil
+}
+
+// leaseResult maps a script's held value.
+func leaseResult(h int64) error {
+	switch h {
+	case 0:
+		return taskpick.ErrNotFound
+	case -1:
+		return taskpick.ErrStaleLease
+	}
+	return nil
+}
+
+// Ack implements taskpick.Backend.
+func (b *Backend) Ack(ctx context.Context, pool, id string, token uint64) error {
+	v, err := b.run(ctx, ackScript, pool, id, strconv.FormatUint(token, 10), b.cfg.Retention.Milliseconds())
+	if err != nil {
+		return err
+	}
+	vals := v.([]any)
+	if err := leaseResult(vals[0].(int64)); err != nil {
+		return err
+	}
+	return b.register(ctx, pool, vals[1].(int64))
+}
+
+// Extend implements taskpick.Backend.
+func (b *Backend) Extend(ctx context.Context, pool, id string, token uint64, ttl time.Duration) error {
+	v, err := b.run(ctx, extendScript, pool, id, strconv.FormatUint(token, 10), ceilMillis(ttl))
+	if err != nil {
+		return err
+	}
+	return leaseResult(v.(int64))
+}
+
+// Nack implements taskpick.Backend.
+func (b *Backend) Nack(ctx context.Context, pool, id string, token uint64, retryAfter time.Duration, reason string) (bool, error) {
+	v, err := b.run(ctx, nackScript, pool, id, strconv.FormatUint(token, 10), ceilMillis(retryAfter), reason)
+	if err != nil {
+		return false, err
+	}
+	h := v.(int64)
+	return h == 2, leaseResult(h)
+}
+
+// Get implements taskpick.Backend.
+func (b *Backend) Get(ctx context.Context, pool, id string) (taskpick.Task, error) {
+	v, err := b.run(ctx, getScript, pool, id)
+	if err != nil {
+		return taskpick.Task{}, err
+	}
+	vals := v.([]any)
+	if len(vals) == 0 {
+		return taskpick.Task{}, taskpick.ErrNotFound
+	}
+	now := toInt(vals[0])
+	st := toInt(vals[3])
+	t := taskFrom(id, vals[1], vals[2], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9])
+	switch st {
+	case 1:
+		t.State = taskpick.Available
+		if t.RunAt.UnixMilli() > now {
+			t.State = taskpick.Delayed
+		}
+	case 2:
+		t.State = taskpick.Leased
+	case 3:
+		t.State = taskpick.Dead
+	case 4:
+		t.State = taskpick.Done
+	}
+	return t, nil
+}
+
+// taskFrom builds a Task from a script's replies (state set by the caller).
+func taskFrom(id string, p, pr, at, ma, f, r, ra, e any) taskpick.Task {
+	return taskpick.Task{
+		ID: id, Payload: []byte(str(p)), Priority: int32(toInt(pr)), Attempt: uint32(toInt(at)),
+		MaxAttempts: uint32(toInt(ma)), Failures: uint32(toInt(f)), Recoveries: uint32(toInt(r)),
+		RunAt: time.UnixMilli(toInt(ra)), LastError: str(e),
+	}
+}
+
+// Stats implements taskpick.Backend.
+func (b *Backend) Stats(ctx context.Context, pool string) (taskpick.Stats, error) {
+	v, err := b.run(ctx, statsScript, pool)
+	if err != nil {
+		return taskpick.Stats{}, err
+	}
+	vals := v.([]any)
+	s := taskpick.Stats{
+		Now: time.UnixMilli(toInt(vals[0])), Available: uint64(toInt(vals[1])), Delayed: uint64(toInt(vals[2])),
+		Leased: uint64(toInt(vals[3])), Dead: uint64(toInt(vals[4])), Done: uint64(toInt(vals[5])),
+	}
+	if o := toInt(vals[6]); o >= 0 && s.Available > 0 {
+		s.OldestAvailable = time.UnixMilli(o)
+	}
+	return s, nil
+}
+
+// ListDead implements taskpick.Backend.
+func (b *Backend) ListDead(ctx context.Context, pool string, limit int) ([]taskpick.Task, uint64, error) {
+	v, err := b.run(ctx, listDeadScript, pool, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	vals := v.([]any)
+	var out []taskpick.Task
+	for i := 1; i+8 < len(vals); i += 9 {
+		t := taskFrom(str(vals[i]), vals[i+1], vals[i+2], vals[i+3], vals[i+4], vals[i+5], vals[i+6], vals[i+7], vals[i+8])
+		t.State = taskpick.Dead
+		out = append(out, t)
+	}
+	return out, uint64(toInt(vals[0])), nil
+}
+
+// Requeue implements taskpick.Backend.
+func (b *Backend) Requeue(ctx context.Context, pool string, ids []string) ([]bool, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	v, err := b.run(ctx, requeueScript, pool, args...)
+	if err != nil {
+		return nil, err
+	}
+	vals := v.([]any)
+	out := make([]bool, len(vals))
+	for i, x := range vals {
+		out[i] = x.(int64) == 1
+	}
+	return out, nil
+}
+
+// expiredMsg is the last error of a task whose last attempt's lease ran out.
+const expiredMsg = "lease expired on the last attempt (worker crashed or hung)"
+
+// unregisterScript drops a pool from the pools hash if its generation is still the one the
+// sweep read: KEYS[1] pools, ARGV[1] pool, ARGV[2] generation.
+var unregisterScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+`)
+
+// Sweep implements taskpick.Backend: one script per registered pool.
+func (b *Backend) Sweep(ctx context.Context, limit int) ([]taskpick.Recovered, error) {
+	pools, err := b.rdb.HGetAll(ctx, b.poolsKey()).Result()
+	if err != nil {
+		return nil, b.fail(ctx, err)
+	}
+	var out []taskpick.Recovered
+	for pool, gen := range pools {
+		v, err := b.run(ctx, sweepScript, pool, limit, expiredMsg)
+		if err != nil {
+			return out, err
+		}
+		vals := v.([]any)
+		r := taskpick.Recovered{Pool: pool, Available: int(toInt(vals[0])), Dead: int(toInt(vals[1])), Due: int(toInt(vals[2]))}
+		if r.Available > 0 || r.Dead > 0 || r.Due > 0 {
+			out = append(out, r)
+		}
+		if toInt(vals[3]) == 1 {
+			if err := unregisterScript.Run(ctx, b.rdb, []string{b.poolsKey()}, pool, gen).Err(); err != nil {
+				return out, b.fail(ctx, err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// toInt reads an integer reply, which Lua may have sent as a number or a string.
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// ceilMillis is d in whole milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

@@ -1,0 +1,247 @@
+package redistask
+
+import "github.com/redis/go-redis/v9"
+
+// Every script takes the pool's keys (see Layout.Keys) as KEYS and the task-key prefix as
+// ARGV[1]; task hashes are ARGV[1] .. id. All of a pool's keys share one hash slot.
+//
+// A task hash holds: p payload, pr priority, st state (1 available, 2 leased, 3 dead, 4 done),
+// m its member in the ready sets while it is ready, ra (ready: when it became available;
+// delayed: when it is due; leased: the lease's end; dead: when it died; done: purge time),
+// tk the last lease token, at attempts, ma max attempts, f failures, r recoveries, e last error.
+const prelude = `
+local K_READY, K_FIFO, K_DELAYED, K_LEASED, K_DEAD, K_DONE, K_SEQ, K_REG =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local P = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function ready(id, key, prio, at)
+  local seq = redis.call('INCR', K_SEQ)
+  local m = string.format('%012x%016x', at, seq) .. id
+  redis.call('HSET', key, 'st', 1, 'm', m, 'ra', string.format('%.0f', at))
+  redis.call('ZADD', K_FIFO, at, m)
+  redis.call('ZADD', K_READY, -prio, m)
+end
+local function promote(limit)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #due, 2 do
+    local key = P .. due[i]
+    redis.call('ZREM', K_DELAYED, due[i])
+    ready(due[i], key, tonumber(redis.call('HGET', key, 'pr')), tonumber(due[i + 1]))
+  end
+  return #due / 2
+end
+local function register()
+  if redis.call('EXISTS', K_REG) == 1 then return 0 end
+  redis.call('SET', K_REG, 1)
+  return 1
+end
+-- held: 1 when token holds an unexpired lease on key, 0 when the task is missing, -1 stale.
+local function held(key, token)
+  local st, tk, ra = unpack(redis.call('HMGET', key, 'st', 'tk', 'ra'))
+  if not st then return 0 end
+  if st ~= '2' or tk ~= token or tonumber(ra) <= now then return -1 end
+  return 1
+end
+`
+
+var putScript = redis.NewScript(prelude + `
+local out = {}
+local tok = string.format('%.0f', (now + 2) * 1024)
+local i = 2
+while i <= #ARGV do
+  local id, payload, prio, delay, maxa = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
+  local key = P .. id
+  if redis.call('EXISTS', key) == 1 then
+    out[#out + 1] = 0
+  else
+    redis.call('HSET', key, 'p', payload, 'pr', prio, 'tk', tok, 'at', 0, 'ma', maxa, 'f', 0, 'r', 0, 'e', '')
+    if delay > 0 then
+      redis.call('HSET', key, 'st', 1, 'm', '', 'ra', string.format('%.0f', now + 1 + delay))
+      redis.call('ZADD', K_DELAYED, now + 1 + delay, id)
+    else
+      ready(id, key, prio, now)
+    end
+    out[#out + 1] = 1
+  end
+  i = i + 5
+end
+return out
+`)
+
+// pickScript: ARGV[2] count, ARGV[3] ttl ms, ARGV[4] order (fifo, priority, random). Returns
+// {registered, next due or -1, then per task: id, payload, priority, token, attempt, max}.
+var pickScript = redis.NewScript(prelude + `
+local n, ttl, order = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+promote(1000)
+local members
+if order == 'random' then
+  members = redis.call('ZRANDMEMBER', K_FIFO, n)
+elseif order == 'priority' then
+  members = redis.call('ZRANGE', K_READY, 0, n - 1)
+else
+  members = redis.call('ZRANGE', K_FIFO, 0, n - 1)
+end
+local out = {0, -1}
+if #members > 0 then out[1] = register() end
+local exp = now + 1 + ttl
+for _, m in ipairs(members) do
+  local id = string.sub(m, 29)
+  local key = P .. id
+  redis.call('ZREM', K_FIFO, m)
+  redis.call('ZREM', K_READY, m)
+  local tok = math.max(tonumber(redis.call('HGET', key, 'tk')) + 1, now * 1024)
+  local at = redis.call('HINCRBY', key, 'at', 1)
+  local stok = string.format('%.0f', tok)
+  redis.call('HSET', key, 'st', 2, 'm', '', 'tk', stok, 'ra', string.format('%.0f', exp))
+  redis.call('ZADD', K_LEASED, exp, id)
+  local payload, prio, maxa = unpack(redis.call('HMGET', key, 'p', 'pr', 'ma'))
+  for _, v in ipairs({id, payload, prio, stok, at, maxa}) do out[#out + 1] = v end
+end
+if #members < n then
+  local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+  if #first > 0 then out[2] = first[2] end
+end
+return out
+`)
+
+// ackScript: ARGV[2] id, ARGV[3] token, ARGV[4] retention ms. Returns {held, registered}.
+var ackScript = redis.NewScript(prelude + `
+local id, keep = ARGV[2], tonumber(ARGV[4])
+local key = P .. id
+local h = held(key, ARGV[3])
+if h ~= 1 then return {h, 0} end
+redis.call('ZREM', K_LEASED, id)
+if keep > 0 then
+  redis.call('HSET', key, 'st', 4, 'ra', string.format('%.0f', now + keep))
+  redis.call('ZADD', K_DONE, now + keep, id)
+  return {1, register()}
+end
+redis.call('DEL', key)
+return {1, 0}
+`)
+
+// extendScript: ARGV[2] id, ARGV[3] token, ARGV[4] ttl ms. Returns held.
+var extendScript = redis.NewScript(prelude + `
+local id = ARGV[2]
+local key = P .. id
+local h = held(key, ARGV[3])
+if h ~= 1 then return h end
+local exp = now + 1 + tonumber(ARGV[4])
+redis.call('HSET', key, 'ra', string.format('%.0f', exp))
+redis.call('ZADD', K_LEASED, exp, id)
+return 1
+`)
+
+// nackScript: ARGV[2] id, ARGV[3] token, ARGV[4] retry-after ms, ARGV[5] reason. Returns
+// held, or 2 when the task died.
+var nackScript = redis.NewScript(prelude + `
+local id, delay = ARGV[2], tonumber(ARGV[4])
+local key = P .. id
+local h = held(key, ARGV[3])
+if h ~= 1 then return h end
+redis.call('ZREM', K_LEASED, id)
+redis.call('HINCRBY', key, 'f', 1)
+redis.call('HSET', key, 'e', ARGV[5])
+local at, maxa, prio = unpack(redis.call('HMGET', key, 'at', 'ma', 'pr'))
+if tonumber(at) >= tonumber(maxa) then
+  redis.call('HSET', key, 'st', 3, 'ra', now)
+  redis.call('ZADD', K_DEAD, now, id)
+  return 2
+end
+if delay > 0 then
+  redis.call('HSET', key, 'st', 1, 'm', '', 'ra', string.format('%.0f', now + delay))
+  redis.call('ZADD', K_DELAYED, now + delay, id)
+else
+  ready(id, key, tonumber(prio), now)
+end
+return 1
+`)
+
+// getScript: ARGV[2] id. Returns {now, p, pr, st, at, ma, f, r, ra, e} or {} when missing.
+var getScript = redis.NewScript(prelude + `
+local key = P .. ARGV[2]
+local v = redis.call('HMGET', key, 'p', 'pr', 'st', 'at', 'ma', 'f', 'r', 'ra', 'e')
+if not v[3] then return {} end
+table.insert(v, 1, now)
+return v
+`)
+
+// statsScript returns {now, available, delayed, leased, dead, done, oldest ready-at or -1}.
+var statsScript = redis.NewScript(prelude + `
+local due = redis.call('ZCOUNT', K_DELAYED, '-inf', now)
+local oldest = -1
+local f = redis.call('ZRANGE', K_FIFO, 0, 0, 'WITHSCORES')
+if #f > 0 then oldest = tonumber(f[2]) end
+if due > 0 then
+  local d = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+  if oldest < 0 or tonumber(d[2]) < oldest then oldest = tonumber(d[2]) end
+end
+return {now, redis.call('ZCARD', K_FIFO) + due, redis.call('ZCARD', K_DELAYED) - due,
+  redis.call('ZCARD', K_LEASED), redis.call('ZCARD', K_DEAD), redis.call('ZCARD', K_DONE), oldest}
+`)
+
+// listDeadScript: ARGV[2] limit. Returns {total, then per task: id, p, pr, at, ma, f, r, ra, e}.
+var listDeadScript = redis.NewScript(prelude + `
+local ids = redis.call('ZRANGE', K_DEAD, 0, tonumber(ARGV[2]) - 1)
+local out = {redis.call('ZCARD', K_DEAD)}
+for _, id in ipairs(ids) do
+  out[#out + 1] = id
+  for _, v in ipairs(redis.call('HMGET', P .. id, 'p', 'pr', 'at', 'ma', 'f', 'r', 'ra', 'e')) do
+    out[#out + 1] = v or ''
+  end
+end
+return out
+`)
+
+// requeueScript: ARGV[2..] ids. Returns 1/0 per id.
+var requeueScript = redis.NewScript(prelude + `
+local out = {}
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local key = P .. id
+  if redis.call('HGET', key, 'st') == '3' then
+    redis.call('ZREM', K_DEAD, id)
+    redis.call('HSET', key, 'at', 0, 'f', 0, 'r', 0, 'e', '')
+    ready(id, key, tonumber(redis.call('HGET', key, 'pr')), now)
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+`)
+
+// sweepScript: ARGV[2] limit, ARGV[3] last-attempt message. Recovers expired leases, makes
+// due delayed tasks ready, purges done tasks past retention. Returns {recovered, died,
+// promoted, idle} where idle is 1 when the pool has nothing left to sweep (its registration is
+// then dropped).
+var sweepScript = redis.NewScript(prelude + `
+local limit = tonumber(ARGV[2])
+local back, died = 0, 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASED, '-inf', now, 'LIMIT', 0, limit)) do
+  local key = P .. id
+  redis.call('ZREM', K_LEASED, id)
+  redis.call('HINCRBY', key, 'r', 1)
+  local at, maxa, prio = unpack(redis.call('HMGET', key, 'at', 'ma', 'pr'))
+  if tonumber(at) >= tonumber(maxa) then
+    redis.call('HSET', key, 'st', 3, 'ra', now, 'e', ARGV[3])
+    redis.call('ZADD', K_DEAD, now, id)
+    died = died + 1
+  else
+    ready(id, key, tonumber(prio), now)
+    back = back + 1
+  end
+end
+local promoted = promote(limit)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DONE, '-inf', now, 'LIMIT', 0, limit)) do
+  redis.call('ZREM', K_DONE, id)
+  redis.call('DEL', P .. id)
+end
+local idle = 0
+if redis.call('ZCARD', K_LEASED) == 0 and redis.call('ZCARD', K_DONE) == 0 and redis.call('ZCARD', K_DELAYED) == 0 then
+  redis.call('DEL', K_REG)
+  idle = 1
+end
+return {back, died, promoted, idle}
+`)

@@ -1,0 +1,403 @@
+package taskpick
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/coordkit/coordkit/libs/event"
+	"github.com/coordkit/coordkit/libs/server"
+	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Backends maps backend names (redis, mysql, sqlite) to engines. At least one is required.
+	Backends map[string]Backend
+	// Default names the backend of requests that name none; it may be empty with one backend.
+	Default string
+	// Events publishes available events and wakes waiting Picks; nil means waiting Picks poll.
+	Events *event.Bus
+	// SweepInterval is how often this instance recovers expired leases; default
+	// DefaultSweepInterval. A lease is recovered within its ttl plus about this much.
+	SweepInterval time.Duration
+	// Recheck is how often a waiting Pick tries again without an event while events flow,
+	// bounding what a lost event costs; default DefaultRecheck.
+	Recheck time.Duration
+	// Registerer receives the task metrics; nil keeps them unregistered.
+	Registerer prometheus.Registerer
+	// Logger logs failed sweeps; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultSweepInterval is how often each instance sweeps expired leases by default.
+const DefaultSweepInterval = 250 * time.Millisecond
+
+// Service implements coordkit.taskpick.v1.TaskPickService.
+type Service struct {
+	backends  map[string]Backend
+	def       string
+	bus       *event.Bus
+	waiters   *waiters
+	recheck   time.Duration
+	metrics   *metrics
+	log       *slog.Logger
+	unsub     func() error
+	stopSweep context.CancelFunc
+	swept     sync.WaitGroup
+}
+
+var _ taskpickv1connect.TaskPickServiceHandler = (*Service)(nil)
+
+// NewService checks cfg, subscribes to available events and starts the sweepers. Close stops
+// them; it does not close the backends.
+func NewService(cfg Config) (*Service, error) {
+	if len(cfg.Backends) == 0 {
+		return nil, errors.New("taskpick: no backend configured")
+	}
+	def := cfg.Default
+	if def == "" && len(cfg.Backends) == 1 {
+		for name := range cfg.Backends {
+			def = name
+		}
+	}
+	if _, ok := cfg.Backends[def]; def != "" && !ok {
+		return nil, fmt.Errorf("taskpick: default backend %q is not configured", def)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = DefaultRecheck
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	s := &Service{backends: cfg.Backends, def: def, bus: cfg.Events, waiters: newWaiters(), recheck: cfg.Recheck,
+		metrics: newMetrics(cfg.Registerer), log: cfg.Logger}
+	if s.bus != nil {
+		unsub, err := s.bus.Subscribe(availablePattern, s.onAvailable)
+		if err != nil {
+			return nil, fmt.Errorf("taskpick: subscribe: %w", err)
+		}
+		s.unsub = unsub
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s.stopSweep = stop
+	for name, b := range cfg.Backends {
+		s.swept.Add(1)
+		go s.sweepLoop(ctx, name, b, cfg.SweepInterval)
+	}
+	return s, nil
+}
+
+// Close stops the sweepers and the event subscription.
+func (s *Service) Close() error {
+	s.stopSweep()
+	s.swept.Wait()
+	if s.unsub != nil {
+		return s.unsub()
+	}
+	return nil
+}
+
+// backend resolves a request's backend name.
+func (s *Service) backend(name string) (string, Backend, error) {
+	if name == "" {
+		if s.def == "" {
+			return "", nil, server.InvalidField("backend", "must be set: this instance has several and no default")
+		}
+		name = s.def
+	}
+	b, ok := s.backends[name]
+	if !ok {
+		return "", nil, server.InvalidField("backend", "%q is not configured on this instance (have %s)", name, strings.Join(slices.Sorted(mapKeys(s.backends)), ", "))
+	}
+	return name, b, nil
+}
+
+func mapKeys(m map[string]Backend) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// fail maps a backend error to the Connect error the client gets.
+func fail(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, ErrStaleLease):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return server.Error(ctx, err)
+}
+
+// Put implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) Put(ctx context.Context, req *taskpickv1.PutRequest) (*taskpickv1.PutResponse, error) {
+	name, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
+	if err := server.CheckKey("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	tasks, err := parseTasks(req.GetTasks(), time.Now())
+	if err != nil {
+		return nil, err
+	}
+	created, err := b.Put(ctx, req.GetPool(), tasks)
+	s.metrics.calls.WithLabelValues(name, "put", result(err)).Inc()
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	n := 0
+	for i, c := range created {
+		if c && tasks[i].Delay == 0 {
+			n++
+		}
+	}
+	s.count(name, "put", countTrue(created))
+	s.count(name, "exists", len(created)-countTrue(created))
+	s.announce(name, req.GetPool(), n)
+	return &taskpickv1.PutResponse{Created: created}, nil
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Service) count(backend, ev string, n int) {
+	if n > 0 {
+		s.metrics.tasks.WithLabelValues(backend, ev).Add(float64(n))
+	}
+}
+
+// Pick implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskpickv1.PickResponse, error) {
+	name, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
+	if err := server.CheckKey("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	n, err := parseCount("count", req.GetCount(), 1, MaxPickCount)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := server.DurationIn("ttl", req.GetTtl(), DefaultTTL, MinTTL, MaxTTL)
+	if err != nil {
+		return nil, err
+	}
+	order, err := parseOrder(req.GetOrder())
+	if err != nil {
+		return nil, err
+	}
+	wait, err := server.DurationIn("wait", req.GetWait(), 0, 0, MaxWait)
+	if err != nil {
+		return nil, err
+	}
+	tasks, start, err := s.pick(ctx, name, b, req.GetPool(), n, ttl, order, wait)
+	s.metrics.calls.WithLabelValues(name, "pick", result(err)).Inc()
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	s.count(name, "picked", len(tasks))
+	resp := &taskpickv1.PickResponse{Tasks: make([]*taskpickv1.LeasedTask, len(tasks))}
+	expires := timestamppb.New(start.Add(ttl))
+	for i, t := range tasks {
+		resp.Tasks[i] = &taskpickv1.LeasedTask{
+			Id: t.ID, Payload: t.Payload, Priority: t.Priority, LeaseToken: t.Token,
+			Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, ExpiresAt: expires,
+		}
+	}
+	return resp, nil
+}
+
+// Ack implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) Ack(ctx context.Context, req *taskpickv1.AckRequest) (*taskpickv1.AckResponse, error) {
+	name, b, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken())
+	if err != nil {
+		return nil, err
+	}
+	err = b.Ack(ctx, req.GetPool(), req.GetId(), req.GetLeaseToken())
+	s.metrics.calls.WithLabelValues(name, "ack", result(err)).Inc()
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	s.count(name, "acked", 1)
+	return &taskpickv1.AckResponse{}, nil
+}
+
+// Nack implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskpickv1.NackResponse, error) {
+	name, b, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken())
+	if err != nil {
+		return nil, err
+	}
+	retry, err := server.DurationIn("retry_after", req.GetRetryAfter(), 0, 0, MaxDelay)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := b.Nack(ctx, req.GetPool(), req.GetId(), req.GetLeaseToken(), retry, cutReason(req.GetReason()))
+	s.metrics.calls.WithLabelValues(name, "nack", result(err)).Inc()
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	s.count(name, "nacked", 1)
+	if dead {
+		s.count(name, "died", 1)
+	} else if retry == 0 {
+		s.announce(name, req.GetPool(), 1)
+	}
+	return &taskpickv1.NackResponse{Dead: dead}, nil
+}
+
+// Extend implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*taskpickv1.ExtendResponse, error) {
+	name, b, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken())
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := server.DurationIn("ttl", req.GetTtl(), DefaultTTL, MinTTL, MaxTTL)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	err = b.Extend(ctx, req.GetPool(), req.GetId(), req.GetLeaseToken(), ttl)
+	s.metrics.calls.WithLabelValues(name, "extend", result(err)).Inc()
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &taskpickv1.ExtendResponse{ExpiresAt: timestamppb.New(start.Add(ttl))}, nil
+}
+
+// leaseRequest validates what Ack, Nack and Extend share.
+func (s *Service) leaseRequest(backend, pool, id string, token uint64) (string, Backend, error) {
+	name, b, err := s.backend(backend)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := server.CheckKey("pool", pool); err != nil {
+		return "", nil, err
+	}
+	if err := server.CheckKey("id", id); err != nil {
+		return "", nil, err
+	}
+	return name, b, checkToken(token)
+}
+
+// Get implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) Get(ctx context.Context, req *taskpickv1.GetRequest) (*taskpickv1.GetResponse, error) {
+	_, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
+	if err := server.CheckKey("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	if err := server.CheckKey("id", req.GetId()); err != nil {
+		return nil, err
+	}
+	t, err := b.Get(ctx, req.GetPool(), req.GetId())
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &taskpickv1.GetResponse{Task: taskProto(t)}, nil
+}
+
+func taskProto(t Task) *taskpickv1.Task {
+	return &taskpickv1.Task{
+		Id: t.ID, Payload: t.Payload, Priority: t.Priority, State: taskpickv1.State(t.State),
+		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, Failures: t.Failures, Recoveries: t.Recoveries,
+		RunAt: timestamppb.New(t.RunAt), LastError: t.LastError,
+	}
+}
+
+// Stats implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) Stats(ctx context.Context, req *taskpickv1.StatsRequest) (*taskpickv1.StatsResponse, error) {
+	_, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
+	if err := server.CheckKey("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	st, err := b.Stats(ctx, req.GetPool())
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	resp := &taskpickv1.StatsResponse{Available: st.Available, Delayed: st.Delayed, Leased: st.Leased, Dead: st.Dead, Done: st.Done}
+	if !st.OldestAvailable.IsZero() {
+		resp.OldestAvailableAge = durationpb.New(max(st.Now.Sub(st.OldestAvailable), 0))
+	}
+	return resp, nil
+}
+
+// ListDead implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) ListDead(ctx context.Context, req *taskpickv1.ListDeadRequest) (*taskpickv1.ListDeadResponse, error) {
+	_, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
+	if err := server.CheckKey("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	limit, err := parseCount("limit", req.GetLimit(), DefaultListDead, MaxListDead)
+	if err != nil {
+		return nil, err
+	}
+	tasks, total, err := b.ListDead(ctx, req.GetPool(), limit)
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	resp := &taskpickv1.ListDeadResponse{Total: total}
+	for _, t := range tasks {
+		resp.Tasks = append(resp.Tasks, taskProto(t))
+	}
+	return resp, nil
+}
+
+// Requeue implements taskpickv1connect.TaskPickServiceHandler.
+func (s *Service) Requeue(ctx context.Context, req *taskpickv1.RequeueRequest) (*taskpickv1.RequeueResponse, error) {
+	name, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
+	if err := server.CheckKey("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	if err := parseIDs(req.GetIds()); err != nil {
+		return nil, err
+	}
+	done, err := b.Requeue(ctx, req.GetPool(), req.GetIds())
+	s.metrics.calls.WithLabelValues(name, "requeue", result(err)).Inc()
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	s.count(name, "requeued", countTrue(done))
+	s.announce(name, req.GetPool(), countTrue(done))
+	return &taskpickv1.RequeueResponse{Requeued: done}, nil
+}

@@ -1,0 +1,86 @@
+package sqltask
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/coordkit/coordkit/services/taskpick"
+)
+
+// Ack implements taskpick.Backend: one DELETE (or UPDATE to done) whose WHERE checks the
+// lease.
+func (b *Backend) Ack(ctx context.Context, pool, id string, token uint64) error {
+	return b.leaseWrite(ctx, pool, id, token, false, func() (sql.Result, error) {
+		return b.st.ack.ExecContext(ctx, pool, id, token)
+	})
+}
+
+// Extend implements taskpick.Backend.
+func (b *Backend) Extend(ctx context.Context, pool, id string, token uint64, ttl time.Duration) error {
+	return b.leaseWrite(ctx, pool, id, token, true, func() (sql.Result, error) {
+		return b.st.extend.ExecContext(ctx, ceilMillis(ttl), pool, id, token)
+	})
+}
+
+// Nack implements taskpick.Backend: one UPDATE whose WHERE checks the lease, then a read of
+// what it made of the task.
+func (b *Backend) Nack(ctx context.Context, pool, id string, token uint64, retryAfter time.Duration, reason string) (bool, error) {
+	err := b.leaseWrite(ctx, pool, id, token, false, func() (sql.Result, error) {
+		return b.st.nack.ExecContext(ctx, reason, randomPosition(), ceilMillis(retryAfter), pool, id, token)
+	})
+	if err != nil {
+		return false, err
+	}
+	l, err := b.lookup(ctx, pool, id)
+	if err != nil {
+		return false, err // ErrNotFound: requeued, picked and acked since
+	}
+	return l.state == stDead, nil
+}
+
+// leaseWrite runs a statement guarded by leaseCheck. When it changed nothing it reads the task
+// to tell a missing task from a stale lease. MySQL counts changed rows, not matched ones, so
+// a statement that may leave the row as it was (unchangedOK: an Extend to the end the lease
+// already had) succeeded when the lease is still the caller's.
+func (b *Backend) leaseWrite(ctx context.Context, pool, id string, token uint64, unchangedOK bool, exec func() (sql.Result, error)) error {
+	res, err := exec()
+	if err != nil {
+		return b.fail(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return b.fail(ctx, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	l, err := b.lookup(ctx, pool, id)
+	if err != nil {
+		return err
+	}
+	if unchangedOK && l.state == stLeased && l.token == token && l.runAt > l.now {
+		return nil
+	}
+	return taskpick.ErrStaleLease
+}
+
+// looked is a task's lease as read by lookup.
+type looked struct {
+	state      int
+	token      uint64
+	runAt, now int64
+}
+
+func (b *Backend) lookup(ctx context.Context, pool, id string) (looked, error) {
+	var l looked
+	err := b.st.lookup.QueryRowContext(ctx, pool, id).Scan(&l.state, &l.token, &l.runAt, &l.now)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return l, taskpick.ErrNotFound
+	case err != nil:
+		return l, b.fail(ctx, err)
+	}
+	return l, nil
+}

@@ -1,0 +1,81 @@
+package sqltask
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/coordkit/coordkit/libs/sqldb"
+)
+
+// table holds every task of every pool; see the package doc for its columns.
+const table = "coordkit_tasks"
+
+// Task states as stored.
+const (
+	stAvailable = 1
+	stLeased    = 2
+	stDead      = 3
+	stDone      = 4
+)
+
+// schema creates the table and its indexes; every statement is idempotent.
+func schema(d sqldb.Dialect) []string {
+	if d.Name == "sqlite" {
+		return []string{
+			`CREATE TABLE IF NOT EXISTS ` + table + ` (
+			seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+			pool         TEXT    NOT NULL,
+			id           TEXT    NOT NULL,
+			state        INTEGER NOT NULL,
+			neg_priority INTEGER NOT NULL,
+			rnd          INTEGER NOT NULL,
+			run_at       INTEGER NOT NULL,
+			token        INTEGER NOT NULL,
+			attempt      INTEGER NOT NULL DEFAULT 0,
+			max_attempts INTEGER NOT NULL,
+			failures     INTEGER NOT NULL DEFAULT 0,
+			recoveries   INTEGER NOT NULL DEFAULT 0,
+			payload      BLOB    NOT NULL,
+			last_error   TEXT    NOT NULL DEFAULT ''
+		)`,
+			`CREATE UNIQUE INDEX IF NOT EXISTS coordkit_tasks_id ON ` + table + ` (pool, id)`,
+			`CREATE INDEX IF NOT EXISTS coordkit_tasks_fifo ON ` + table + ` (pool, state, run_at, seq)`,
+			`CREATE INDEX IF NOT EXISTS coordkit_tasks_priority ON ` + table + ` (pool, state, neg_priority, run_at, seq)`,
+			`CREATE INDEX IF NOT EXISTS coordkit_tasks_random ON ` + table + ` (pool, state, rnd)`,
+			`CREATE INDEX IF NOT EXISTS coordkit_tasks_sweep ON ` + table + ` (state, run_at)`,
+		}
+	}
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + table + ` (
+		seq          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+		pool         VARBINARY(512)  NOT NULL,
+		id           VARBINARY(512)  NOT NULL,
+		state        TINYINT         NOT NULL,
+		neg_priority BIGINT          NOT NULL,
+		rnd          INT UNSIGNED    NOT NULL,
+		run_at       BIGINT          NOT NULL,
+		token        BIGINT UNSIGNED NOT NULL,
+		attempt      INT UNSIGNED    NOT NULL DEFAULT 0,
+		max_attempts INT UNSIGNED    NOT NULL,
+		failures     INT UNSIGNED    NOT NULL DEFAULT 0,
+		recoveries   INT UNSIGNED    NOT NULL DEFAULT 0,
+		payload      MEDIUMBLOB      NOT NULL,
+		last_error   VARBINARY(1024) NOT NULL DEFAULT '',
+		PRIMARY KEY (seq),
+		UNIQUE KEY coordkit_tasks_id (pool, id),
+		INDEX coordkit_tasks_fifo (pool, state, run_at, seq),
+		INDEX coordkit_tasks_priority (pool, state, neg_priority, run_at, seq),
+		INDEX coordkit_tasks_random (pool, state, rnd),
+		INDEX coordkit_tasks_sweep (state, run_at)
+	) ENGINE=InnoDB`,
+	}
+}
+
+func migrate(ctx context.Context, db *sqldb.DB) error {
+	for _, q := range schema(db.Dialect) {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqltask: %s schema: %w", db.Dialect.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+// Package sqltask is the task-pick backend on a SQL database: MySQL 8 / MariaDB 10.6+ for
+// instances on several machines, and the embedded SQLite file for the zero-setup default.
+//
+// One table, coordkit_tasks, holds every task of every pool, one row per task: its state
+// (available, leased, dead, done), priority, a random position (rnd, for ORDER_RANDOM), run_at
+// (when an available task is due; for a leased one, its lease's end; for a dead one, when it
+// died; for a done one, when it is purged), its lease token, attempt counters, payload and last
+// error. A unique key on (pool, id) makes Put idempotent. The database's clock decides every
+// time, in whole milliseconds: a lease of ttl taken when it read now ends at now + 1 + ttl, so
+// never before the end reported to the worker, which is measured before the database was asked.
+//
+// A pick is one short transaction: on MySQL, SELECT … FOR UPDATE SKIP LOCKED of up to n due
+// tasks in the pick's order, then one UPDATE that leases them, so concurrent pickers take
+// disjoint tasks without waiting for each other; on SQLite, whose write transactions lock the
+// whole file, one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING. Ack, Extend and Nack are
+// single statements whose WHERE checks the token and that the lease has not ended, so a stale
+// worker changes nothing. The sweep recovers expired leases with the same locking select, so
+// two instances sweeping at once take disjoint rows and never recover one lease twice.
+//
+// Storage is bounded by live tasks: an Ack deletes the row (or marks it done until the
+// retention passes, when a sweep deletes it).
+package sqltask
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/sqldb"
+	"github.com/coordkit/coordkit/services/taskpick"
+)
+
+// Config configures a Backend.
+type Config struct {
+	// Retention keeps acked tasks as done for this long (Put of their id then reports them as
+	// existing); 0 deletes them at Ack.
+	Retention time.Duration
+}
+
+// Backend implements taskpick.Backend on db.
+type Backend struct {
+	db     *sqldb.DB
+	d      sqldb.Dialect
+	cfg    Config
+	ownsDB bool
+	st     statements
+
+	mu      sync.Mutex
+	byCount map[string]*sql.Stmt // statements with n placeholders, by text
+}
+
+var _ taskpick.Backend = (*Backend)(nil)
+
+// New creates the table if needed and returns a backend on db. The caller keeps ownership of
+// db.
+func New(ctx context.Context, db *sqldb.DB, cfg Config) (*Backend, error) {
+	if err := migrate(ctx, db); err != nil {
+		return nil, err
+	}
+	b := &Backend{db: db, d: db.Dialect, cfg: cfg, byCount: map[string]*sql.Stmt{}}
+	if err := b.st.prepare(ctx, b); err != nil {
+		b.st.close()
+		return nil, fmt.Errorf("sqltask: %s: %w", b.d.Name, err)
+	}
+	return b, nil
+}
+
+// OpenSQLite opens (creating if needed) the SQLite file at path and returns a backend that
+// owns it.
+func OpenSQLite(ctx context.Context, path string, cfg Config) (*Backend, error) {
+	db, err := sqldb.OpenSQLite(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("sqltask: %w", err)
+	}
+	b, err := New(ctx, db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	b.ownsDB = true
+	return b, nil
+}
+
+// Close implements taskpick.Backend.
+func (b *Backend) Close() error {
+	b.st.close()
+	b.mu.Lock()
+	for _, st := range b.byCount {
+		st.Close()
+	}
+	b.byCount = nil
+	b.mu.Unlock()
+	if b.ownsDB {
+		return b.db.Close()
+	}
+	return nil
+}
+
+// fail maps a database failure to taskpick.ErrUnavailable (or the request's own ending).
+func (b *Backend) fail(ctx context.Context, err error) error {
+	return server.Unavailable(ctx, taskpick.ErrUnavailable, b.d.Name, err)
+}
+
+// maxRetries bounds how often a transaction that InnoDB chose as a deadlock victim runs again.
+const maxRetries = 10
+
+// tx runs fn in a transaction, again when the database rolled it back as a deadlock victim
+// (nothing of it was applied).
+func (b *Backend) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	for attempt := 0; ; attempt++ {
+		err := b.tryTx(ctx, fn)
+		if err == nil || attempt == maxRetries || ctx.Err() != nil || !b.d.Deadlock(err) {
+			return err
+		}
+	}
+}
+
+func (b *Backend) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// stmtN returns the prepared form of q, cached: for statements whose text depends on a count.
+func (b *Backend) stmtN(ctx context.Context, q string) (*sql.Stmt, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if st, ok := b.byCount[q]; ok {
+		return st, nil
+	}
+	st, err := b.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	b.byCount[q] = st
+	return st, nil
+}
+
+// placeholders is "?, ?, …" with n marks.
+func placeholders(n int) string {
+	s := make([]byte, 0, 3*n)
+	for i := range n {
+		if i > 0 {
+			s = append(s, ", "...)
+		}
+		s = append(s, '?')
+	}
+	return string(s)
+}
+
+// ceilMillis is d in whole milliseconds, rounded up: no part of a ttl is dropped.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// randomPosition is a task's place in ORDER_RANDOM, drawn anew whenever it becomes available.
+func randomPosition() int64 { return int64(rand.Uint32()) }
+
+// fromMillis converts the database clock to a time.
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms) }

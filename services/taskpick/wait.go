@@ -1,0 +1,178 @@
+package taskpick
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coordkit/coordkit/libs/event/subject"
+	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
+)
+
+// Waiting Picks. A Pick with wait registers in this instance's line for its (backend, pool)
+// before its first attempt, so an event between the attempt and the wait is not lost. An
+// available event for n tasks wakes the first n waiters of the line; a waiter that then picks
+// a full batch wakes the next one, since more may be left. Events are hints (NATS may lose
+// them): a waiter also tries again at the earliest delayed task's due time, and every
+// recheck interval (Config.Recheck with events, PollInterval without).
+const (
+	// DefaultRecheck bounds how long a lost event delays a waiting Pick while events flow.
+	DefaultRecheck = time.Second
+	// PollInterval is how often a waiting Pick tries while there are no events.
+	PollInterval = 100 * time.Millisecond
+	// deadlineMargin ends a wait this long before the request's deadline, so the caller gets
+	// an empty answer rather than deadline_exceeded.
+	deadlineMargin = 50 * time.Millisecond
+)
+
+// availablePattern subscribes to every backend's available events.
+var availablePattern = subject.TaskAvailablePattern("*")
+
+// pick runs one Pick, waiting up to wait for a task. start is when the attempt that answered
+// began: the leases it returns end no earlier than start + ttl.
+func (s *Service) pick(ctx context.Context, name string, b Backend, pool string, n int, ttl time.Duration, order Order, wait time.Duration) ([]LeasedTask, time.Time, error) {
+	start := time.Now()
+	if wait == 0 {
+		p, err := b.Pick(ctx, pool, n, ttl, order)
+		return p.Tasks, start, err
+	}
+	end := start.Add(wait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(end) {
+		end = d.Add(-deadlineMargin)
+	}
+	w := s.waiters.add(name, pool)
+	defer s.waiters.remove(w)
+	waited := false
+	for {
+		start = time.Now()
+		p, err := b.Pick(ctx, pool, n, ttl, order)
+		if err != nil || len(p.Tasks) > 0 || !start.Before(end) {
+			if len(p.Tasks) == n {
+				s.waiters.wake(name, pool, 1) // more may be left for the next waiter
+			}
+			if waited {
+				s.metrics.waited.WithLabelValues(name).Observe(time.Since(w.since).Seconds())
+			}
+			return p.Tasks, start, err
+		}
+		waited = true
+		next := end
+		if s.bus != nil && s.bus.Connected() {
+			next = minTime(next, start.Add(s.recheck))
+		} else {
+			next = minTime(next, start.Add(PollInterval))
+		}
+		if !p.NextDue.IsZero() {
+			next = minTime(next, p.NextDue)
+		}
+		t := time.NewTimer(max(time.Until(next), 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, start, context.Cause(ctx)
+		case <-w.ch:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// announce says that n tasks of pool became available: on NATS for every instance (this one
+// included), or straight to this instance's waiters without events.
+func (s *Service) announce(backend, pool string, n int) {
+	if n <= 0 {
+		return
+	}
+	if s.bus != nil {
+		ev := &taskpickv1.AvailableEvent{Backend: backend, Pool: pool, Count: uint32(n)}
+		if err := s.bus.Publish(subject.TaskAvailable(backend, pool), ev); err == nil {
+			return
+		}
+	}
+	s.waiters.wake(backend, pool, n)
+}
+
+// onAvailable wakes this instance's waiters for an event's pool.
+func (s *Service) onAvailable(subj string, data []byte) {
+	backend, pool, ok := subject.ParseTaskAvailable(subj)
+	if !ok {
+		return
+	}
+	n := 1
+	var ev taskpickv1.AvailableEvent
+	if proto.Unmarshal(data, &ev) == nil && ev.GetCount() > 1 {
+		n = int(min(ev.GetCount(), 1<<16))
+	}
+	s.waiters.wake(backend, pool, n)
+}
+
+// waiter is one waiting Pick.
+type waiter struct {
+	key   string
+	ch    chan struct{}
+	since time.Time
+}
+
+// waiters are this instance's lines of waiting Picks, per (backend, pool).
+type waiters struct {
+	mu    sync.Mutex
+	lines map[string][]*waiter
+}
+
+func newWaiters() *waiters { return &waiters{lines: map[string][]*waiter{}} }
+
+func waitKey(backend, pool string) string { return backend + "\x00" + pool }
+
+func (ws *waiters) add(backend, pool string) *waiter {
+	w := &waiter{key: waitKey(backend, pool), ch: make(chan struct{}, 1), since: time.Now()}
+	ws.mu.Lock()
+	ws.lines[w.key] = append(ws.lines[w.key], w)
+	ws.mu.Unlock()
+	return w
+}
+
+func (ws *waiters) remove(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	line := ws.lines[w.key]
+	for i, x := range line {
+		if x == w {
+			line = append(line[:i], line[i+1:]...)
+			break
+		}
+	}
+	if len(line) == 0 {
+		delete(ws.lines, w.key)
+	} else {
+		ws.lines[w.key] = line
+	}
+}
+
+// wake signals the first n waiters of the line and moves them to its end, so the next event
+// wakes others.
+func (ws *waiters) wake(backend, pool string, n int) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	key := waitKey(backend, pool)
+	line := ws.lines[key]
+	n = min(n, len(line))
+	for _, w := range line[:n] {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+	ws.lines[key] = append(line[n:], line[:n]...)
+	if len(line) == 0 {
+		delete(ws.lines, key)
+	}
+}
