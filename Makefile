@@ -5,7 +5,7 @@ MODULES := proto libs services/lock services/idgen services/taskpick cmd/coord
 PKGS    := github.com/coordkit/coordkit/...
 BUF     := GOWORK=off go tool -modfile=../tools/go.mod buf
 
-.PHONY: run test backends lint generate check-generated vet standalone bench-lock bench-id bench-contend
+.PHONY: run test backends lint generate check-generated vet standalone bench-lock bench-id bench-contend bench-task
 
 ## run: start coordkit with the embedded defaults (SQLite in ./coordkit-data), nothing to install
 run:
@@ -54,3 +54,7 @@ bench-id: backends
 ## bench-contend: one hot key, 16 clients over 2 service instances, every backend, against go-redsync
 bench-contend: backends
 	go run ./cmd/coord bench contend
+
+## bench-task: the task-pick benchmark, every backend, against hibiken/asynq on the dev Redis (db 15, flushed)
+bench-task: backends
+	go run ./cmd/coord bench task

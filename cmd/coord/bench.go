@@ -16,8 +16,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return benchID(ctx, args[1:], stdout, stderr)
 		case "contend":
 			return benchContend(ctx, args[1:], stdout, stderr)
+		case "task":
+			return benchTask(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "usage: coord bench lock|id|contend [flags]")
+	fmt.Fprintln(stderr, "usage: coord bench lock|id|contend|task [flags]")
 	return flag.ErrHelp
 }

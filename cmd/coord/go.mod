@@ -11,6 +11,7 @@ replace (
 )
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/bwmarrin/snowflake v0.3.0
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
@@ -19,12 +20,12 @@ require (
 	github.com/coordkit/coordkit/services/taskpick v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/google/uuid v1.6.0
+	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.23.0
 	google.golang.org/protobuf v1.36.12
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	connectrpc.com/grpchealth v1.4.0 // indirect
 	connectrpc.com/grpcreflect v1.3.1 // indirect
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -50,6 +51,8 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	github.com/spf13/cast v1.10.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

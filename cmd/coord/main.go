@@ -19,9 +19,11 @@ usage:
   coord serve [flags]                         run the services (embedded SQLite by default)
   coord lock acquire|release|renew|inspect    call the lock service
   coord id next|decode|tags|create-tag        call the ID service
+  coord task put|pick|ack|nack|extend|...     call the task-pick service (get, stats, dead, requeue)
   coord bench lock [flags]                    benchmark the lock service against go-redsync
   coord bench id [flags]                      benchmark the ID service against bwmarrin/snowflake, google/uuid
   coord bench contend [flags]                 one hot key over two instances: handoffs, waits, fairness, against go-redsync
+  coord bench task [flags]                    benchmark the task-pick service against hibiken/asynq
 
 Run 'coord <command> -h' for a command's flags. Every flag falls back to a COORDKIT_* variable.
 `
@@ -52,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runLock(ctx, args[1:], stdout, stderr)
 	case "id":
 		return runID(ctx, args[1:], stdout, stderr)
+	case "task":
+		return runTask(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

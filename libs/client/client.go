@@ -15,11 +15,13 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
 
 // Client calls coordkit services at one base URL. It is safe for concurrent use.
 type Client struct {
 	locks   lockv1connect.LockServiceClient
+	tasks   taskpickv1connect.TaskPickServiceClient
 	backend string
 }
 
@@ -57,6 +59,7 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	return &Client{
 		locks:   lockv1connect.NewLockServiceClient(o.httpClient, baseURL, o.connect...),
+		tasks:   taskpickv1connect.NewTaskPickServiceClient(o.httpClient, baseURL, o.connect...),
 		backend: o.backend,
 	}
 }
