@@ -13,7 +13,7 @@ import (
 	"syscall"
 )
 
-const usage = `coord - distributed locks and IDs as a service
+const usage = `coord - distributed locks, IDs and task pick as a service
 
 usage:
   coord serve [flags]                         run the services (embedded SQLite by default)
