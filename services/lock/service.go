@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/service"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 )
@@ -72,14 +73,12 @@ func NewService(cfg Config) (*Service, error) {
 	if len(cfg.Backends) == 0 {
 		return nil, errors.New("lock: no backend configured")
 	}
-	def := cfg.Default
-	if def == "" && len(cfg.Backends) == 1 {
-		for name := range cfg.Backends {
-			def = name
-		}
+	def, err := service.DefaultBackend(cfg.Backends, cfg.Default)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
 	}
-	if _, ok := cfg.Backends[def]; !ok {
-		return nil, fmt.Errorf("lock: default backend %q is not configured (configured: %s)", def, names(cfg.Backends))
+	if def == "" {
+		return nil, fmt.Errorf("lock: no default backend among several (configured: %s)", service.BackendNames(cfg.Backends))
 	}
 	s := &Service{
 		backends: cfg.Backends, def: def, bus: cfg.Events, recheck: cfg.Recheck,
@@ -127,25 +126,9 @@ func (s *Service) Close() error {
 	return errors.Join(errs...)
 }
 
-func names(m map[string]Backend) string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return strings.Join(out, ", ")
-}
-
 // backend resolves a request's backend name.
 func (s *Service) backend(name string) (string, Backend, error) {
-	if name == "" {
-		name = s.def
-	}
-	b, ok := s.backends[name]
-	if !ok {
-		return "", nil, server.InvalidField("backend", "%q is not configured on this service (configured: %s)", name, names(s.backends))
-	}
-	return name, b, nil
+	return service.ResolveBackend(s.backends, s.def, name)
 }
 
 // acquireParams is a validated Acquire request.

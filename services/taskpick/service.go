@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/service"
 	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
@@ -66,14 +65,9 @@ func NewService(cfg Config) (*Service, error) {
 	if len(cfg.Backends) == 0 {
 		return nil, errors.New("taskpick: no backend configured")
 	}
-	def := cfg.Default
-	if def == "" && len(cfg.Backends) == 1 {
-		for name := range cfg.Backends {
-			def = name
-		}
-	}
-	if _, ok := cfg.Backends[def]; def != "" && !ok {
-		return nil, fmt.Errorf("taskpick: default backend %q is not configured", def)
+	def, err := service.DefaultBackend(cfg.Backends, cfg.Default)
+	if err != nil {
+		return nil, fmt.Errorf("taskpick: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -114,27 +108,7 @@ func (s *Service) Close() error {
 
 // backend resolves a request's backend name.
 func (s *Service) backend(name string) (string, Backend, error) {
-	if name == "" {
-		if s.def == "" {
-			return "", nil, server.InvalidField("backend", "must be set: this instance has several and no default")
-		}
-		name = s.def
-	}
-	b, ok := s.backends[name]
-	if !ok {
-		return "", nil, server.InvalidField("backend", "%q is not configured on this instance (have %s)", name, strings.Join(slices.Sorted(mapKeys(s.backends)), ", "))
-	}
-	return name, b, nil
-}
-
-func mapKeys(m map[string]Backend) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
+	return service.ResolveBackend(s.backends, s.def, name)
 }
 
 // fail maps a backend error to the Connect error the client gets.

@@ -80,15 +80,9 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 		closers.Add(b.Close)
 		backends["mysql"] = b
 	}
-	def := cfg.Default
-	if def == "" {
-		def = "sqlite"
-		for _, name := range []string{"redis", "redlock", "zookeeper", "mysql"} {
-			if backends[name] != nil {
-				def = name
-				break
-			}
-		}
+	def, err := service.DefaultBackend(backends, cfg.Default, "redis", "redlock", "zookeeper", "mysql", "sqlite")
+	if err != nil {
+		return nil, closers.Fail(fmt.Errorf("--default-backend: %w", err))
 	}
 
 	svc, err := lock.NewService(lock.Config{

@@ -3,7 +3,8 @@ package redislock
 import (
 	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/coordkit/coordkit/libs/redisslot"
 )
 
 // The key layout, shared with the redlock backend on every one of its nodes:
@@ -23,9 +24,6 @@ import (
 // 16384 counters per prefix: no per-key state outlives a lease by more than ExpiryGrace. The counter's name carries a
 // hash tag chosen to land in the lock hash's slot, so both keys of a script are in one slot
 // whatever the key contains, and the scripts run unchanged on Redis Cluster.
-
-// slots is the number of Redis Cluster hash slots.
-const slots = 16384
 
 // Layout names the keys of one prefix.
 type Layout struct {
@@ -63,47 +61,8 @@ func (l Layout) QueueKeys(key string) []string {
 	return []string{l.prefix + ":queue:" + tag + key, l.prefix + ":queue-deadlines:" + tag + key}
 }
 
-// Slot is the Redis Cluster hash slot of a key name: CRC16 of its hash tag (the part between
-// the first '{' and the first '}' after it, when not empty) or of the whole name, modulo 16384.
-func Slot(name string) int {
-	if open := strings.IndexByte(name, '{'); open >= 0 {
-		if end := strings.IndexByte(name[open+1:], '}'); end > 0 {
-			name = name[open+1 : open+1+end]
-		}
-	}
-	return int(crc16(name) % slots)
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), the checksum Redis Cluster hashes
-// keys with.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// slotTags holds, for every slot, a short string whose CRC16 falls in it.
-var slotTags = sync.OnceValue(func() []string {
-	tags := make([]string, slots)
-	left := slots
-	for i := 0; left > 0; i++ {
-		t := strconv.FormatInt(int64(i), 36)
-		if s := crc16(t) % slots; tags[s] == "" {
-			tags[s] = t
-			left--
-		}
-	}
-	return tags
-})
+// Slot is the Redis Cluster hash slot of a key name (see libs/redisslot).
+func Slot(name string) int { return redisslot.Of(name) }
 
 // slotTag returns a hash tag that maps to slot.
-func slotTag(slot int) string { return slotTags()[slot] }
+func slotTag(slot int) string { return redisslot.Tag(slot) }

@@ -34,8 +34,11 @@ func (b *Backend) Nack(ctx context.Context, pool, id string, token uint64, retry
 		return false, err
 	}
 	l, err := b.lookup(ctx, pool, id)
+	if errors.Is(err, taskpick.ErrNotFound) {
+		return false, nil // the Nack made it available, and it was picked and acked since
+	}
 	if err != nil {
-		return false, err // ErrNotFound: requeued, picked and acked since
+		return false, err
 	}
 	return l.state == stDead, nil
 }

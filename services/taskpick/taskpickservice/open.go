@@ -52,15 +52,9 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 		closers.Add(b.Close)
 		backends["mysql"] = b
 	}
-	def := cfg.Default
-	if def == "" {
-		def = "sqlite"
-		for _, name := range []string{"redis", "mysql"} {
-			if backends[name] != nil {
-				def = name
-				break
-			}
-		}
+	def, err := service.DefaultBackend(backends, cfg.Default, "redis", "mysql", "sqlite")
+	if err != nil {
+		return nil, closers.Fail(fmt.Errorf("--task-default-backend: %w", err))
 	}
 	svc, err := taskpick.NewService(taskpick.Config{
 		Backends: backends, Default: def, Events: deps.Events, SweepInterval: cfg.SweepInterval,
