@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ var behaviours = []struct {
 	{"TwoSweepersNeverDoubleRecover", testTwoSweepers},
 	{"BadInputWritesNothing", testBadInput},
 	{"ReputAfterAckStartsAboveOldTokens", testReputTokens},
+	{"OneLeaseFinishedOnceUnderRacingCalls", testRacingFinishes},
 }
 
 func TestConformance(t *testing.T) {
@@ -524,5 +526,50 @@ func testReputTokens(t *testing.T, b backendCase) {
 		}
 		// The guarantee is for a life begun in an earlier millisecond (see taskpick.TokenScale).
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// testRacingFinishes races 16 goroutines that hold the same token, half acking and half
+// nacking each task, while a rival keeps picking: exactly one finish per lease succeeds, and
+// the rival never gets a task before it was given back.
+func testRacingFinishes(t *testing.T, b backendCase) {
+	in, p := one(t, b), pool(t, "race")
+	for round := range 20 {
+		id := fmt.Sprint("r", round)
+		put(t, in, p, &taskpickv1.NewTask{Id: id, MaxAttempts: 1000})
+		lt := pick(t, in, &taskpickv1.PickRequest{Pool: p})[0]
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		ok, nacked := 0, false
+		for g := range 16 {
+			wg.Go(func() {
+				var err error
+				if g%2 == 0 {
+					_, err = in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: id, LeaseToken: lt.GetLeaseToken()})
+				} else {
+					_, err = in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: id, LeaseToken: lt.GetLeaseToken(), RetryAfter: sec(time.Hour)})
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch c := connect.CodeOf(err); {
+				case err == nil:
+					ok++
+					nacked = g%2 == 1
+				case c != connect.CodeFailedPrecondition && c != connect.CodeNotFound:
+					t.Errorf("racing finish: %v", err)
+				}
+			})
+		}
+		if got := pick(t, in, &taskpickv1.PickRequest{Pool: p}); len(got) != 0 {
+			t.Fatalf("a rival picked %v while its lease was live or delayed", ids(got))
+		}
+		wg.Wait()
+		if ok != 1 {
+			t.Fatalf("round %d: %d finishes of one lease succeeded", round, ok)
+		}
+		_, err := in.client.Get(ctx, &taskpickv1.GetRequest{Pool: p, Id: id})
+		if nacked != (err == nil) {
+			t.Fatalf("round %d: nacked=%v but Get says %v", round, nacked, err)
+		}
 	}
 }
