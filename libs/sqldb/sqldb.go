@@ -7,11 +7,14 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -23,8 +26,14 @@ import (
 // file serialize instead of failing to upgrade a read lock) and a 10s busy timeout. It keeps
 // one connection: SQLite runs one writer at a time anyway, and this process's writers then
 // queue in Go instead of sleeping in SQLite's busy handler.
+//
+// The data is the service's alone: missing directories are created 0700 and the database
+// 0600, and SQLite gives its -wal and -shm files the database's mode. A database file (or
+// -wal, -shm) that others may read, as versions before this one created them, is narrowed to
+// 0600 with a warning; a directory that others may enter is only warned about, since it may
+// be shared (a home directory, the working directory).
 func OpenSQLite(ctx context.Context, path string) (*DB, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := prepareSQLiteFiles(path); err != nil {
 		return nil, fmt.Errorf("sqldb: %w", err)
 	}
 	q := url.Values{}
@@ -42,6 +51,66 @@ func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
 	}
 	return &DB{DB: db, Dialect: SQLite}, nil
+}
+
+// Modes of what OpenSQLite creates.
+const (
+	// DirMode is the mode of the data directories OpenSQLite creates.
+	DirMode os.FileMode = 0o700
+	// FileMode is the mode of SQLite database files.
+	FileMode os.FileMode = 0o600
+)
+
+// warnedDirs are the open data directories already warned about: once per process each, not
+// once per database in them.
+var warnedDirs sync.Map
+
+// prepareSQLiteFiles creates path's directory (DirMode) and an empty database file (FileMode)
+// when missing, so that SQLite, which creates its files with the process umask's mode (0644
+// usually) and its -wal and -shm files with the database's, never makes a readable one.
+// Files left readable by others are narrowed; a readable directory is warned about.
+func prepareSQLiteFiles(path string) error {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, DirMode); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case st.Mode().Perm()&0o077 != 0:
+		if _, warned := warnedDirs.LoadOrStore(dir, true); warned {
+			break
+		}
+		slog.Warn("sqldb: other users can enter the SQLite data directory; restrict it (chmod 700)",
+			"dir", dir, "mode", st.Mode().Perm().String())
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, FileMode)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&^FileMode == 0 {
+			continue
+		}
+		if err := os.Chmod(name, FileMode); err != nil {
+			slog.Warn("sqldb: a SQLite file can be read by other users and could not be restricted",
+				"file", name, "mode", st.Mode().Perm().String(), "error", err)
+			continue
+		}
+		slog.Warn("sqldb: restricted a SQLite file that other users could read",
+			"file", name, "was", st.Mode().Perm().String(), "now", FileMode.String())
+	}
+	return nil
 }
 
 // OpenMySQL connects to the MySQL or MariaDB database in dsn (go-sql-driver format, e.g.

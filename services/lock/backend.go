@@ -35,8 +35,13 @@ const MaxHoldCount = math.MaxUint32
 type Lease struct {
 	// Key is the lock's key.
 	Key string
-	// Owner is the holder's secret.
+	// Owner is the holder's secret, as the service handed it to the backend: the service
+	// hashes owners before any backend sees them, so a backend's Owner is that digest, and
+	// the service puts the caller's secret back before answering.
 	Owner string
+	// HolderID is the lease's public id (see NewHolderID), set by every acquire: the id the
+	// lease's State and events show. Renew may leave it empty.
+	HolderID string
 	// FencingToken strictly increases with every new holder of the key.
 	FencingToken uint64
 	// ExpiresAt is a lower bound of when the backend lets the lease go: taken from the
@@ -50,7 +55,9 @@ type Lease struct {
 type State struct {
 	// Held says whether someone holds the lock.
 	Held bool
-	// HolderID is HolderID(owner) of the holder.
+	// HolderID is the lease's public id: random per lease (NewHolderID, HolderIDOf), the
+	// same from every instance, and kept by re-entries and renewals. Empty for a lease an
+	// older version stored, whose owner the service cannot tell (it runs out at its ttl).
 	HolderID string
 	// FencingToken is the holder's fencing token.
 	FencingToken uint64
@@ -58,6 +65,15 @@ type State struct {
 	ExpiresAt time.Time
 	// HoldCount is the holder's hold count.
 	HoldCount uint32
+}
+
+// Released names the lease a Release dropped a hold of, publicly: the release event carries
+// it.
+type Released struct {
+	// FencingToken is the lease's fencing token.
+	FencingToken uint64
+	// HolderID is the lease's holder id (see State.HolderID).
+	HolderID string
 }
 
 // Attempt is the outcome of one try to acquire.
@@ -85,18 +101,21 @@ type Attempt struct {
 // leaves partial state behind when it fails or its context ends. Implementations must be safe
 // for concurrent use.
 type Backend interface {
-	// TryAcquire makes one attempt: it takes a free or expired lock with a new fencing token,
-	// re-enters a lock the owner holds (hold count + 1, lease extended to ttl, same token;
-	// ErrHoldLimit at MaxHoldCount), or reports the holder. The lease remembers ttl as its own
-	// ttl, which a Renew without a ttl reuses.
+	// TryAcquire makes one attempt: it takes a free or expired lock with a new fencing token
+	// and a new random holder id, re-enters a lock the owner holds (hold count + 1, lease
+	// extended to ttl, same token and holder id; ErrHoldLimit at MaxHoldCount), or reports
+	// the holder. The lease remembers ttl as its own ttl, which a Renew without a ttl reuses.
+	// owner is opaque to the backend, which stores it and compares it byte for byte (the
+	// service passes a digest of the caller's secret, see Lease.Owner).
 	TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (Attempt, error)
 	// Release drops one hold of owner's lease and returns the holds left; at 0 the lock is
 	// free. A non-zero token scopes it to the lease with that fencing token: when the owner's
 	// lease has another token (the one meant was released or expired, and the owner took the
 	// lock anew) it fails with ErrNotHeld and changes nothing, so a delayed or repeated
 	// release never drops a hold of a newer lease. It returns the holds left and the fencing
-	// token of the lease it dropped one from. It fails with ErrNotHeld or ErrNotOwner.
-	Release(ctx context.Context, key, owner string, token uint64) (remaining uint32, leaseToken uint64, err error)
+	// token and holder id of the lease it dropped one from. It fails with ErrNotHeld or
+	// ErrNotOwner.
+	Release(ctx context.Context, key, owner string, token uint64) (remaining uint32, lease Released, err error)
 	// Renew extends owner's lease to now + ttl. A ttl of 0 means the lease's own ttl: the one
 	// the acquire or renew that last set a ttl asked for. A non-zero ttl becomes the lease's
 	// own. It fails with ErrNotHeld or ErrNotOwner.

@@ -44,6 +44,8 @@ var behaviours = []struct {
 	{"ExpiredEvents", testExpiredEvents},
 	{"NoLostWakeup", testNoLostWakeup},
 	{"Watch", testWatch},
+	{"HolderIDPerLease", testHolderIDPerLease},
+	{"OwnerGuessUnconfirmable", testOwnerGuessUnconfirmable},
 }
 
 func TestConformance(t *testing.T) {
@@ -169,21 +171,21 @@ func testReentrancy(t *testing.T, bc backendCase) {
 func testWrongOwnerRefused(t *testing.T, bc backendCase) {
 	a, b := pair(t, bc)
 	ctx := context.Background()
-	res := must(acquire(ctx, a, "wo", "real-owner", 5*time.Second, 0))(t)
-	_, err := b.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: "wo", Owner: "intruder"})
+	res := must(acquire(ctx, a, "wo", "real-owner-secret-0123456789", 5*time.Second, 0))(t)
+	_, err := b.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: "wo", Owner: "intruder-secret-0123456789"})
 	wantCode(t, err, connect.CodePermissionDenied)
-	_, err = b.Locks().Renew(ctx, &lockv1.RenewRequest{Key: "wo", Owner: "intruder", Ttl: durationpb.New(time.Minute)})
+	_, err = b.Locks().Renew(ctx, &lockv1.RenewRequest{Key: "wo", Owner: "intruder-secret-0123456789", Ttl: durationpb.New(time.Minute)})
 	wantCode(t, err, connect.CodePermissionDenied)
 	st := inspect(t, b, "wo")
 	if !st.GetHeld() || st.GetFencingToken() != res.GetLease().GetFencingToken() || st.GetHoldCount() != 1 {
 		t.Fatalf("after refused release/renew: %v, want still held by the real owner", st)
 	}
-	again := must(acquire(ctx, b, "wo", "real-owner", 5*time.Second, 0))(t)
+	again := must(acquire(ctx, b, "wo", "real-owner-secret-0123456789", 5*time.Second, 0))(t)
 	if st.GetHolderId() == "" || again.GetLease().GetHoldCount() != 2 {
 		t.Fatalf("real owner re-entry = %v, want hold count 2", again)
 	}
 	// Nothing the intruder sees gives the owner away.
-	if strings.Contains(st.String(), "real-owner") {
+	if strings.Contains(st.String(), "real-owner-secret-0123456789") {
 		t.Fatalf("inspect leaks the owner secret: %v", st)
 	}
 }

@@ -69,7 +69,7 @@ func (s *Service) leaseEnded(kind lockv1.LockEventKind, backend, key string, tok
 func (s *Service) leaseTaken(backend string, l Lease) {
 	s.publish(&lockv1.LockEvent{
 		Key: l.Key, Backend: backend, Kind: lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED,
-		FencingToken: l.FencingToken, HolderId: HolderID(l.Owner), ExpiresAt: timestamppb.New(l.ExpiresAt),
+		FencingToken: l.FencingToken, HolderId: l.HolderID, ExpiresAt: timestamppb.New(l.ExpiresAt),
 	})
 }
 

@@ -15,7 +15,7 @@ type Expiry struct {
 	Key string
 	// FencingToken is the token of the lease that ran out.
 	FencingToken uint64
-	// HolderID is HolderID(owner) of the lease's owner.
+	// HolderID is the lease's holder id (see State.HolderID).
 	HolderID string
 }
 

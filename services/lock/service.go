@@ -131,7 +131,8 @@ func (s *Service) backend(name string) (string, Backend, error) {
 	return service.ResolveBackend(s.backends, s.def, name)
 }
 
-// acquireParams is a validated Acquire request.
+// acquireParams is a validated Acquire request. Acquire replaces owner with its digest
+// before any backend is asked.
 type acquireParams struct {
 	key, owner, backend string
 	ttl, wait           time.Duration
@@ -175,6 +176,8 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	if fresh {
 		p.owner = NewOwner()
 	}
+	secret := p.owner
+	p.owner = ownerDigest(secret) // from here on, backends see only the digest
 
 	att, err := s.acquire(ctx, name, b, p)
 	if err != nil {
@@ -200,6 +203,7 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 		result = "reentered"
 	}
 	s.metrics.acquires.WithLabelValues(name, result).Inc()
+	att.Lease.Owner = secret
 	return &lockv1.AcquireResponse{Acquired: true, Lease: leaseToProto(name, att.Lease)}, nil
 }
 
@@ -239,7 +243,7 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
-	remaining, token, err := b.Release(ctx, req.GetKey(), req.GetOwner(), req.GetFencingToken())
+	remaining, lease, err := b.Release(ctx, req.GetKey(), ownerDigest(req.GetOwner()), req.GetFencingToken())
 	if err != nil {
 		err = toConnect(ctx, err)
 		s.metrics.releases.WithLabelValues(name, server.Failure(err)).Inc()
@@ -248,7 +252,7 @@ func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*loc
 	result := "released"
 	if remaining == 0 {
 		result = "freed"
-		s.leaseEnded(lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED, name, req.GetKey(), token, HolderID(req.GetOwner()))
+		s.leaseEnded(lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED, name, req.GetKey(), lease.FencingToken, lease.HolderID)
 	}
 	s.metrics.releases.WithLabelValues(name, result).Inc()
 	return &lockv1.ReleaseResponse{Released: true, HoldCount: remaining}, nil
@@ -275,10 +279,11 @@ func (s *Service) Renew(ctx context.Context, req *lockv1.RenewRequest) (*lockv1.
 	if err != nil {
 		return nil, err
 	}
-	lease, err := b.Renew(ctx, req.GetKey(), req.GetOwner(), ttl)
+	lease, err := b.Renew(ctx, req.GetKey(), ownerDigest(req.GetOwner()), ttl)
 	if err != nil {
 		return nil, toConnect(ctx, err)
 	}
+	lease.Owner = req.GetOwner()
 	if s.interested(name, lease.Key) { // a renewal may shorten the lease: time its new end
 		s.trackExpiry(name, lease.Key, State{Held: true, FencingToken: lease.FencingToken, ExpiresAt: lease.ExpiresAt})
 	}

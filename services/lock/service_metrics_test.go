@@ -13,7 +13,7 @@ import (
 func TestAcquireMetricCanceled(t *testing.T) {
 	t.Parallel()
 	inst := startInstance(t, "sqlite", sqliteStore(t)(t))
-	must(acquire(context.Background(), inst.client, "busy", "holder", time.Minute, 0))(t)
+	must(acquire(context.Background(), inst.client, "busy", "holder-secret-0123456789", time.Minute, 0))(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

@@ -18,7 +18,7 @@ func TestShutdownEndsWaits(t *testing.T) {
 			t.Parallel()
 			inst := startInstance(t, bc.name, bc.store(t)(t))
 			ctx := context.Background()
-			must(acquire(ctx, inst.client, "busy", "holder", time.Minute, 0))(t)
+			must(acquire(ctx, inst.client, "busy", "holder-secret-0123456789", time.Minute, 0))(t)
 			errc := make(chan error, 1)
 			go func() {
 				_, err := acquire(ctx, inst.client, "busy", "", time.Minute, 30*time.Second)

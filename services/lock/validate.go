@@ -15,6 +15,10 @@ const (
 	MaxKeyBytes = server.MaxKeyBytes
 	// MaxOwnerBytes is the longest owner secret, in bytes.
 	MaxOwnerBytes = 128
+	// MinOwnerBytes is the shortest owner secret a caller may choose, in bytes: an owner is
+	// the only credential that releases or renews a lock, and a short one is guessed.
+	// NewOwner's (26 characters) passes.
+	MinOwnerBytes = 16
 	// MinTTL and MaxTTL bound a lease.
 	MinTTL = 100 * time.Millisecond
 	// MaxTTL is the longest lease.
@@ -31,6 +35,8 @@ func validateOwner(owner string, required bool) error {
 	switch {
 	case owner == "" && required:
 		return server.InvalidField("owner", "must not be empty")
+	case owner != "" && len(owner) < MinOwnerBytes:
+		return server.InvalidField("owner", "is %d bytes, the minimum is %d: an owner is a secret, use a random one (or leave it empty on Acquire to get one)", len(owner), MinOwnerBytes)
 	case len(owner) > MaxOwnerBytes:
 		return server.InvalidField("owner", "is %d bytes, the limit is %d", len(owner), MaxOwnerBytes)
 	case !utf8.ValidString(owner):

@@ -35,7 +35,7 @@ func FuzzParseAcquire(f *testing.F) {
 		if p.key == "" || len(p.key) > MaxKeyBytes || !utf8.ValidString(p.key) || strings.Contains(p.key, "\x00") {
 			t.Fatalf("accepted bad key %q", p.key)
 		}
-		if len(p.owner) > MaxOwnerBytes || !utf8.ValidString(p.owner) {
+		if len(p.owner) > MaxOwnerBytes || p.owner != "" && len(p.owner) < MinOwnerBytes || !utf8.ValidString(p.owner) {
 			t.Fatalf("accepted bad owner %q", p.owner)
 		}
 		if p.ttl < MinTTL || p.ttl > MaxTTL || p.wait < 0 || p.wait > MaxWait {

@@ -23,7 +23,7 @@ func TestBadInput(t *testing.T) {
 	inst := startInstance(t, "sqlite", sqliteStore(t)(t))
 	a := inst.client
 	ctx := context.Background()
-	held := must(acquire(ctx, a, "held", "the-owner", time.Minute, 0))(t)
+	held := must(acquire(ctx, a, "held", "the-owner-secret-0123456789", time.Minute, 0))(t)
 	locks := a.Locks()
 	d := durationpb.New
 	tests := []struct {
@@ -47,6 +47,18 @@ func TestBadInput(t *testing.T) {
 		{"negative wait", func() error { _, err := acquire(ctx, a, "k", "", time.Second, -time.Second); return err }, connect.CodeInvalidArgument, "wait"},
 		{"wait over an hour", func() error { _, err := acquire(ctx, a, "k", "", time.Second, 2*time.Hour); return err }, connect.CodeInvalidArgument, "wait"},
 		{"owner too long", func() error { _, err := acquire(ctx, a, "k", strings.Repeat("o", 129), time.Second, 0); return err }, connect.CodeInvalidArgument, "owner"},
+		// An owner is the only credential of a lock: one short enough to guess is refused on
+		// every call that takes one, before any backend is asked.
+		{"acquire with an owner under 16 bytes", func() error { _, err := acquire(ctx, a, "k", "worker-7", time.Second, 0); return err }, connect.CodeInvalidArgument, "owner: "},
+		{"acquire with a 15-byte owner", func() error { _, err := acquire(ctx, a, "k", strings.Repeat("o", 15), time.Second, 0); return err }, connect.CodeInvalidArgument, "owner: "},
+		{"release with a short owner", func() error {
+			_, err := locks.Release(ctx, &lockv1.ReleaseRequest{Key: "held", Owner: "the-owner"})
+			return err
+		}, connect.CodeInvalidArgument, "owner: "},
+		{"renew with a short owner", func() error {
+			_, err := locks.Renew(ctx, &lockv1.RenewRequest{Key: "held", Owner: "the-owner", Ttl: d(time.Hour)})
+			return err
+		}, connect.CodeInvalidArgument, "owner: "},
 		{"unknown backend", func() error {
 			_, err := locks.Acquire(ctx, &lockv1.AcquireRequest{Key: "k", Backend: "etcd"})
 			return err
@@ -56,19 +68,19 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, connect.CodeInvalidArgument, "owner"},
 		{"release by wrong owner", func() error {
-			_, err := locks.Release(ctx, &lockv1.ReleaseRequest{Key: "held", Owner: "thief"})
+			_, err := locks.Release(ctx, &lockv1.ReleaseRequest{Key: "held", Owner: "thief-secret-0123456789"})
 			return err
 		}, connect.CodePermissionDenied, "another owner"},
 		{"renew by wrong owner", func() error {
-			_, err := locks.Renew(ctx, &lockv1.RenewRequest{Key: "held", Owner: "thief", Ttl: d(time.Hour)})
+			_, err := locks.Renew(ctx, &lockv1.RenewRequest{Key: "held", Owner: "thief-secret-0123456789", Ttl: d(time.Hour)})
 			return err
 		}, connect.CodePermissionDenied, "another owner"},
 		{"renew with bad ttl", func() error {
-			_, err := locks.Renew(ctx, &lockv1.RenewRequest{Key: "held", Owner: "the-owner", Ttl: d(time.Millisecond)})
+			_, err := locks.Renew(ctx, &lockv1.RenewRequest{Key: "held", Owner: "the-owner-secret-0123456789", Ttl: d(time.Millisecond)})
 			return err
 		}, connect.CodeInvalidArgument, "ttl"},
 		{"release of a free lock", func() error {
-			_, err := locks.Release(ctx, &lockv1.ReleaseRequest{Key: "free", Owner: "x"})
+			_, err := locks.Release(ctx, &lockv1.ReleaseRequest{Key: "free", Owner: "free-owner-secret-0123456789"})
 			return err
 		}, connect.CodeFailedPrecondition, "not held"},
 		{"inspect empty key", func() error {

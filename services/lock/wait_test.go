@@ -28,7 +28,7 @@ func TestWaitSurvivesBackendOutage(t *testing.T) {
 			waiterSide := serveLock(t, lock.Config{Backends: map[string]lock.Backend{tc.name: proxied}})
 			holderSide := startInstance(t, tc.name, direct)
 
-			must(acquire(ctx, holderSide.client, "gate", "holder", time.Minute, 0))(t)
+			must(acquire(ctx, holderSide.client, "gate", "holder-secret-0123456789", time.Minute, 0))(t)
 			type result struct {
 				res *lockv1.AcquireResponse
 				err error
@@ -48,6 +48,7 @@ func TestWaitSurvivesBackendOutage(t *testing.T) {
 			}
 			time.Sleep(300 * time.Millisecond) // let the waiter find the lock taken
 			ended("before the outage")
+			holderID := inspect(t, holderSide.client, "gate").GetHolderId()
 
 			for _, p := range proxies {
 				p.Cut()
@@ -65,10 +66,10 @@ func TestWaitSurvivesBackendOutage(t *testing.T) {
 				p.Restore()
 			}
 
-			if st := inspect(t, holderSide.client, "gate"); !st.GetHeld() || st.GetHolderId() != lock.HolderID("holder") {
+			if st := inspect(t, holderSide.client, "gate"); !st.GetHeld() || st.GetHolderId() != holderID || holderID == "" {
 				t.Fatalf("after the outage the lock is %v, want still the holder's", st)
 			}
-			must(holderSide.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: "gate", Owner: "holder"}))(t)
+			must(holderSide.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: "gate", Owner: "holder-secret-0123456789"}))(t)
 			select {
 			case r := <-got:
 				if r.err != nil || !r.res.GetAcquired() {
@@ -89,7 +90,7 @@ func TestWaitEndsWithLastFailure(t *testing.T) {
 	proxied, direct, proxies := cutCases[0].open(t) // redis
 	waiterSide := serveLock(t, lock.Config{Backends: map[string]lock.Backend{"redis": proxied}})
 	holderSide := startInstance(t, "redis", direct)
-	must(acquire(ctx, holderSide.client, "gate", "holder", time.Minute, 0))(t)
+	must(acquire(ctx, holderSide.client, "gate", "holder-secret-0123456789", time.Minute, 0))(t)
 	proxies[0].Cut()
 	const wait = 1500 * time.Millisecond
 	start := time.Now()
@@ -138,13 +139,13 @@ func TestWaitersBounded(t *testing.T) {
 	ctx := context.Background()
 	g := &attemptGauge{Backend: mysqlStore(t)(t), seen: map[string]bool{}}
 	inst := serveLock(t, lock.Config{Backends: map[string]lock.Backend{"mysql": g}, WaitAttempts: maxAttempts})
-	must(acquire(ctx, inst.client, "hot", "holder", time.Minute, 0))(t)
+	must(acquire(ctx, inst.client, "hot", "holder-secret-0123456789", time.Minute, 0))(t)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, waiters)
 	for i := range waiters {
 		wg.Go(func() {
-			res, err := acquire(ctx, inst.client, "hot", fmt.Sprintf("waiter-%d", i), time.Minute, 3*time.Second)
+			res, err := acquire(ctx, inst.client, "hot", fmt.Sprintf("waiter-secret-%04d", i), time.Minute, 3*time.Second)
 			switch {
 			case err != nil:
 				errs <- err
@@ -158,9 +159,9 @@ func TestWaitersBounded(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		key := fmt.Sprintf("cold-%d", i)
 		start := time.Now()
-		must(acquire(ctx, inst.client, key, "other", time.Minute, 0))(t)
+		must(acquire(ctx, inst.client, key, "other-secret-0123456789", time.Minute, 0))(t)
 		inspect(t, inst.client, key)
-		must(inst.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: "other"}))(t)
+		must(inst.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: "other-secret-0123456789"}))(t)
 		worst = max(worst, time.Since(start))
 		time.Sleep(50 * time.Millisecond)
 	}

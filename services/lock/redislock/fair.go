@@ -15,7 +15,7 @@ var _ lock.QueueBackend = (*Backend)(nil)
 func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, entryTTL time.Duration) (lock.Attempt, error) {
 	start := time.Now()
 	keys := append(b.keys(key), b.layout.QueueKeys(key)...)
-	res, err := fairAcquireScript.Run(ctx, b.rdb, keys, owner, ttl.Milliseconds(), lock.MaxHoldCount, entryTTL.Milliseconds(), graceMs).Slice()
+	res, err := fairAcquireScript.Run(ctx, b.rdb, keys, owner, ttl.Milliseconds(), lock.MaxHoldCount, entryTTL.Milliseconds(), graceMs, lock.NewHolderID()).Slice()
 	if err != nil {
 		return lock.Attempt{}, lock.Unavailable(ctx, "redis", err)
 	}

@@ -9,10 +9,10 @@ import (
 
 // The key layout, shared with the redlock backend on every one of its nodes:
 //
-//	<prefix>:{<key>}                 the lock hash {owner, count, fence, ttl, ...}; its PEXPIRE
+//	<prefix>:{<key>}                 the lock hash {owner, count, fence, ttl, holder, ...}; its PEXPIRE
 //	                                 is the lease, so a free key leaves nothing behind
 //	<prefix>:fence-bucket:{<tag>}    a fencing counter shared by every key of one Cluster slot
-//	<prefix>:lease:{<tag>}<key>      "<fence>:<owner>" of the lease, while it lives and for
+//	<prefix>:lease:{<tag>}<key>      "<fence>/<holder id>" of the lease, while it lives and for
 //	                                 ExpiryGrace after it ran out unreleased: what tells an
 //	                                 expiry from a release, until someone reports it
 //	<prefix>:queue:{<tag>}<key>      fair waiters by arrival (sorted set), while any wait

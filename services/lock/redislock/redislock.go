@@ -64,7 +64,7 @@ var graceMs = ExpiryGrace.Milliseconds()
 // TryAcquire implements lock.Backend.
 func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	res, err := acquireScript.Run(ctx, b.rdb, b.keys(key), owner, ttl.Milliseconds(), lock.MaxHoldCount, graceMs).Slice()
+	res, err := acquireScript.Run(ctx, b.rdb, b.keys(key), owner, ttl.Milliseconds(), lock.MaxHoldCount, graceMs, lock.NewHolderID()).Slice()
 	if err != nil {
 		return lock.Attempt{}, lock.Unavailable(ctx, "redis", err)
 	}
@@ -75,45 +75,45 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 }
 
 // attempt reads the first six values of an acquire script's reply {status, fence, count,
-// ttl or the holder's pttl in ms, holder owner, ended lease}, reporting the ended lease;
-// start is when the call began.
+// ttl or the holder's pttl in ms, holder id, ended lease}, reporting the ended lease; start
+// is when the call began.
 func (b *Backend) attempt(res []any, key, owner string, start time.Time, ttl time.Duration) (lock.Attempt, error) {
 	if ended, _ := res[5].(string); ended != "" {
 		b.reportEnded(key, ended)
 	}
 	fence, count, ms := toInt(res[1]), toInt(res[2]), toInt(res[3])
+	holder, _ := res[4].(string)
 	switch toInt(res[0]) {
 	case -3:
 		return lock.Attempt{}, fmt.Errorf("redislock: %w (%d)", lock.ErrHoldLimit, count)
 	case 1:
 		return lock.Attempt{Acquired: true, Lease: lock.Lease{
-			Key: key, Owner: owner, FencingToken: uint64(fence),
+			Key: key, Owner: owner, HolderID: holder, FencingToken: uint64(fence),
 			ExpiresAt: start.Add(ttl), HoldCount: uint32(count),
 		}}, nil
-	}
-	holder, _ := res[4].(string)
-	if holder == "" { // free, yet not the caller's turn (fair mode)
+	case 2: // free, yet not the caller's turn (fair mode)
 		return lock.Attempt{}, nil
 	}
 	return lock.Attempt{Holder: lock.State{
-		Held: true, HolderID: lock.HolderID(holder), FencingToken: uint64(fence),
+		Held: true, HolderID: holder, FencingToken: uint64(fence),
 		ExpiresAt: time.Now().Add(time.Duration(ms) * time.Millisecond), HoldCount: uint32(count),
 	}}, nil
 }
 
 // Release implements lock.Backend.
-func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, uint64, error) {
-	res, err := releaseScript.Run(ctx, b.rdb, b.ownKeys(key), owner, token).Int64Slice()
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, lock.Released, error) {
+	res, err := releaseScript.Run(ctx, b.rdb, b.ownKeys(key), owner, token).Slice()
 	if err != nil {
-		return 0, 0, lock.Unavailable(ctx, "redis", err)
+		return 0, lock.Released{}, lock.Unavailable(ctx, "redis", err)
 	}
-	if err := statusErr(res[0]); err != nil {
-		return 0, 0, err
+	if err := statusErr(toInt(res[0])); err != nil {
+		return 0, lock.Released{}, err
 	}
-	if len(res) != 2 {
-		return 0, 0, lock.Unavailable(ctx, "redis", fmt.Errorf("release script returned %v", res))
+	if len(res) != 3 {
+		return 0, lock.Released{}, lock.Unavailable(ctx, "redis", fmt.Errorf("release script returned %v", res))
 	}
-	return uint32(res[0]), uint64(res[1]), nil
+	holder, _ := res[2].(string)
+	return uint32(toInt(res[0])), lock.Released{FencingToken: uint64(toInt(res[1])), HolderID: holder}, nil
 }
 
 // Renew implements lock.Backend.
@@ -126,11 +126,12 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 	if err := statusErr(toInt(res[0])); err != nil {
 		return lock.Lease{}, err
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return lock.Lease{}, fmt.Errorf("redislock: renew script returned %d values", len(res))
 	}
+	holder, _ := res[4].(string)
 	return lock.Lease{
-		Key: key, Owner: owner, FencingToken: uint64(toInt(res[1])),
+		Key: key, Owner: owner, HolderID: holder, FencingToken: uint64(toInt(res[1])),
 		ExpiresAt: start.Add(time.Duration(toInt(res[3])) * time.Millisecond), HoldCount: uint32(toInt(res[2])),
 	}, nil
 }
@@ -147,11 +148,11 @@ func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
 	return heldState(res[1:]), nil
 }
 
-// heldState reads {fence, count, pttl, owner} of a held lock.
+// heldState reads {fence, count, pttl, holder id} of a held lock.
 func heldState(v []any) lock.State {
 	holder, _ := v[3].(string)
 	return lock.State{
-		Held: true, HolderID: lock.HolderID(holder), FencingToken: uint64(toInt(v[0])),
+		Held: true, HolderID: holder, FencingToken: uint64(toInt(v[0])),
 		ExpiresAt: time.Now().Add(time.Duration(toInt(v[2])) * time.Millisecond), HoldCount: uint32(toInt(v[1])),
 	}
 }
@@ -175,14 +176,20 @@ func (b *Backend) EndExpired(ctx context.Context, key string) (lock.State, error
 	return lock.State{}, nil
 }
 
-// reportEnded reports the lease a lease key held: "<fence>:<owner>".
+// reportEnded reports the lease a lease key held: "<fence>/<holder id>", or
+// "<fence>:<owner>" as older versions wrote it, whose owner is reported as unknown (no holder
+// id): it may be a secret.
 func (b *Backend) reportEnded(key, ended string) {
-	fence, owner, _ := strings.Cut(ended, ":")
+	fence, holder, ok := strings.Cut(ended, "/")
 	token, err := strconv.ParseUint(fence, 10, 64)
-	if err != nil {
-		return // not written by this package
+	if !ok || err != nil {
+		fence, _, _ = strings.Cut(ended, ":")
+		if token, err = strconv.ParseUint(fence, 10, 64); err != nil {
+			return // not written by this package
+		}
+		holder = ""
 	}
-	b.Report(lock.Expiry{Key: key, FencingToken: token, HolderID: lock.HolderID(owner)})
+	b.Report(lock.Expiry{Key: key, FencingToken: token, HolderID: holder})
 }
 
 // Close implements lock.Backend; the Redis client stays open for its owner to close.

@@ -35,7 +35,7 @@ type firstRound struct {
 	fence   uint64 // the lock's token on the node; 0 when pending
 	pttl    time.Duration
 	holder  string // the owner holding it, when busy
-	att     string // the identity of the lease this attempt counted a hold on
+	att     string // the identity of the lease this attempt counted a hold on, or the holder's when busy
 	err     error  // why the node failed
 	undone  bool   // what this attempt did here was given back
 }
@@ -125,9 +125,9 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 	for _, n := range a.nodes {
 		switch n.status {
 		case nodeBusy:
-			hs.add(n.holder, n.fence, n.count, n.pttl)
+			hs.add(n.holder, n.att, n.fence, n.count, n.pttl)
 		case nodeReentered:
-			hs.add(a.owner, n.fence, n.count-1, n.pttl)
+			hs.add(a.owner, n.att, n.fence, n.count-1, n.pttl)
 		}
 	}
 	top := hs.top()
@@ -205,7 +205,7 @@ func (a *attempt) take(ctx context.Context) (lock.Attempt, error) {
 	// A node that did not answer the first round may hold a take of this attempt that is
 	// never stamped; it is not chased on success (a hung node would cost another timeout):
 	// it blocks that one node until its ttl, which the majority does without.
-	return a.lease(ctx, token, 1)
+	return a.lease(ctx, token, 1, a.id)
 }
 
 // reenter completes a re-entry: a majority counted one more hold on the owner's lease t.lease,
@@ -233,19 +233,19 @@ func (a *attempt) reenter(ctx context.Context, t tally) (lock.Attempt, error) {
 		a.undo(ctx, nil)
 		return lock.Attempt{}, fmt.Errorf("redlock: %w (%d)", lock.ErrHoldLimit, count-1)
 	}
-	return a.lease(ctx, t.token, count)
+	return a.lease(ctx, t.token, count, t.lease)
 }
 
 // lease returns the acquired lease with its validity, or gives back what the attempt did
-// when the rounds used up the ttl.
-func (a *attempt) lease(ctx context.Context, token uint64, count int64) (lock.Attempt, error) {
+// when the rounds used up the ttl; att is the lease's identity, which names its holder id.
+func (a *attempt) lease(ctx context.Context, token uint64, count int64, att string) (lock.Attempt, error) {
 	v := validity(a.start, a.ttl)
 	if v <= 0 {
 		a.undo(ctx, nil)
 		return lock.Attempt{}, a.b.expired(ctx, "acquire", a.start, a.ttl)
 	}
 	return lock.Attempt{Acquired: true, Lease: lock.Lease{
-		Key: a.key, Owner: a.owner, FencingToken: token,
+		Key: a.key, Owner: a.owner, HolderID: holderID(att), FencingToken: token,
 		ExpiresAt: a.start.Add(a.ttl - Drift(a.ttl)), HoldCount: holdCount(count),
 	}}, nil
 }

@@ -138,8 +138,8 @@ func TestTryAcquireOutcomes(t *testing.T) {
 				t.Fatalf("acquired = %v (%+v), want %v", att.Acquired, att, tt.acquired)
 			case tt.acquired && (att.Lease.FencingToken != tt.token || uint64(att.Lease.HoldCount) != tt.count):
 				t.Fatalf("lease token %d count %d, want token %d count %d", att.Lease.FencingToken, att.Lease.HoldCount, tt.token, tt.count)
-			case !tt.acquired && (!att.Holder.Held || att.Holder.HolderID != holderID(tt.holder) || att.Holder.FencingToken != tt.holderToken):
-				t.Fatalf("holder %+v, want held by %s (%s) with token %d", att.Holder, tt.holder, holderID(tt.holder), tt.holderToken)
+			case !tt.acquired && (!att.Holder.Held || att.Holder.HolderID != seededHolder(tt.holderToken) || att.Holder.FencingToken != tt.holderToken):
+				t.Fatalf("holder %+v, want held by %s (%s) with token %d", att.Holder, tt.holder, seededHolder(tt.holderToken), tt.holderToken)
 			}
 			c.wantHolds("k", tt.after)
 			if tt.afterCounter != nil {

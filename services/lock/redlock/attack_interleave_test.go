@@ -17,13 +17,30 @@ import (
 // reaches only now and then, and check the safety property every outcome must keep: while a
 // call of the owner reported a hold that nobody released, another owner cannot acquire.
 
+// leaseOf says whether holder is the holder id of a lease of owner that a majority of nodes
+// keep: holder ids name leases (by their att), not owners.
+func leaseOf(nodes []map[string]string, owner, holder string) bool {
+	atts := map[string]int{}
+	for _, h := range nodes {
+		if h["owner"] == owner {
+			atts[h["att"]]++
+		}
+	}
+	for att, n := range atts {
+		if n >= len(nodes)/2+1 && holderID(att) == holder {
+			return true
+		}
+	}
+	return false
+}
+
 // wantExclusive fails the test when owner "rival" can acquire key, or when the majority view
 // does not show owner me, while me has a hold outstanding (why says whose).
 func wantExclusive(t *testing.T, c *cluster, key, me, why string) {
 	t.Helper()
 	b := c.hooked(nil)
 	st, err := b.Inspect(context.Background(), key)
-	if err != nil || !st.Held || st.HolderID != holderID(me) {
+	if err != nil || !st.Held || !leaseOf(c.rawHashes(key), me, st.HolderID) {
 		t.Errorf("%s: Inspect = %+v, %v; want held by %q (nodes: %v)", why, st, err, me, c.rawHashes(key))
 	}
 	att, err := b.TryAcquire(context.Background(), key, "rival", time.Minute)

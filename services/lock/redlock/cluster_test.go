@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/libs/testenv"
-	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/redislock"
 )
 
@@ -145,5 +144,6 @@ func (c *cluster) wantHolds(key string, want []hold) {
 	}
 }
 
-// holderID is the public id of a test owner, as Attempt.Holder and Inspect report it.
-func holderID(owner string) string { return lock.HolderID(owner) }
+// seededHolder is the public holder id of the lease seed wrote with token: derived from its
+// att, as Attempt.Holder and Inspect report it, never from its owner.
+func seededHolder(token uint64) string { return holderID("seed-" + strconv.FormatUint(token, 10)) }

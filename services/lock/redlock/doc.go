@@ -36,6 +36,10 @@
 //     validity as Acquire does, for the ttl a majority renewed for (its own ttl when asked
 //     with 0). A node frees the key when its own count reaches 0.
 //   - Inspect is a majority view: held only when a majority of nodes agree on the same owner.
+//   - A lease's holder id is derived from its att (lock.HolderIDOf), the random id of the
+//     attempt that took it, which every node of the lease keeps: every instance shows the
+//     same id, and nothing about the owner (which the nodes keep only as the digest the
+//     service passes) can be checked against it.
 //   - The hold limit (lock.MaxHoldCount) is decided on the majority's count, not per node;
 //     racing re-entries at the limit may pass it by those in flight, and counts are 64-bit on
 //     the nodes and clamped in answers, so nothing wraps.

@@ -17,28 +17,29 @@ import (
 func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
 	keys := b.keys(key)[:1]
 	type view struct {
-		held  bool
-		owner string
-		fence uint64
-		count int64
-		pttl  time.Duration
+		held       bool
+		owner, att string
+		fence      uint64
+		count      int64
+		pttl       time.Duration
 	}
 	replies := fanOut(ctx, b, b.timeout, nil, func(ctx context.Context, _ int, rdb redis.Scripter) (view, error) {
 		vals, err := redislock.InspectScript.Run(ctx, rdb, keys).Slice()
 		if err != nil || len(vals) == 1 {
 			return view{}, err
 		}
-		v, err := ints("inspect", vals, 5)
+		v, err := ints("inspect", vals, 7)
 		if err != nil {
 			return view{}, err
 		}
-		owner, _ := vals[4].(string)
-		return view{held: true, owner: owner, fence: uint64(v[1]), count: v[2], pttl: time.Duration(v[3]) * time.Millisecond}, nil
+		owner, _ := vals[5].(string)
+		att, _ := vals[6].(string)
+		return view{held: true, owner: owner, att: att, fence: uint64(v[1]), count: v[2], pttl: time.Duration(v[3]) * time.Millisecond}, nil
 	})
 	hs := holders{}
 	for _, r := range replies {
 		if r.err == nil && r.val.held {
-			hs.add(r.val.owner, r.val.fence, r.val.count, r.val.pttl)
+			hs.add(r.val.owner, r.val.att, r.val.fence, r.val.count, r.val.pttl)
 		}
 	}
 	errs := failures(b, replies)

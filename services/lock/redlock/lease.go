@@ -15,36 +15,48 @@ import (
 // counts holds, since while calls of the owner are in flight a count above the majority's
 // may be a hold that is about to be reported acquired. (A node left counting a hold whose
 // reply was lost holds a minority until its ttl.)
-func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, uint64, error) {
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, lock.Released, error) {
 	keys := b.keys(key)[:1]
-	replies := fanOut(ctx, b, b.timeout, nil, func(ctx context.Context, _ int, rdb redis.Scripter) ([]int64, error) {
+	type released struct {
+		v   []int64 // {holds left, fence}, or {status} when refused
+		att string
+	}
+	replies := fanOut(ctx, b, b.timeout, nil, func(ctx context.Context, _ int, rdb redis.Scripter) (released, error) {
 		vals, err := releaseScript.Run(ctx, rdb, keys, owner, token).Slice()
 		if err != nil {
-			return nil, err
+			return released{}, err
 		}
 		if len(vals) == 1 {
-			return []int64{toInt(vals[0])}, nil
+			return released{v: []int64{toInt(vals[0])}}, nil
 		}
-		return ints("release", vals, 2)
+		v, err := ints("release", vals, 3)
+		if err != nil {
+			return released{}, err
+		}
+		att, _ := vals[2].(string)
+		return released{v: v[:2], att: att}, nil
 	})
 	var left, fences []int64
+	atts := map[int64]string{} // by fence: the lease's identity
 	var notHeld, other int
 	for _, r := range replies {
 		switch {
 		case r.err != nil:
-		case r.val[0] == -1:
+		case r.val.v[0] == -1:
 			notHeld++
-		case r.val[0] == -2:
+		case r.val.v[0] == -2:
 			other++
-		case len(r.val) == 2:
-			left, fences = append(left, r.val[0]), append(fences, r.val[1])
+		case len(r.val.v) == 2:
+			left, fences = append(left, r.val.v[0]), append(fences, r.val.v[1])
+			atts[r.val.v[1]] = r.val.att
 		}
 	}
 	errs := failures(b, replies)
 	if len(left) < b.quorum() {
-		return 0, 0, b.refusal(ctx, "release", len(left), notHeld, other, errs)
+		return 0, lock.Released{}, b.refusal(ctx, "release", len(left), notHeld, other, errs)
 	}
-	return holdCount(quorumValue(left, b.quorum())), uint64(quorumValue(fences, b.quorum())), nil
+	fence := quorumValue(fences, b.quorum())
+	return holdCount(quorumValue(left, b.quorum())), lock.Released{FencingToken: uint64(fence), HolderID: holderID(atts[fence])}, nil
 }
 
 // Renew implements lock.Backend: it extends the lease on every node that holds it for owner

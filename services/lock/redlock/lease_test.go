@@ -156,7 +156,7 @@ func TestInspectMajorityView(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Inspect error %v, want %v", err, tt.wantErr)
 			}
-			if st.Held != tt.held || tt.held && (st.HolderID != holderID(tt.holder) || st.FencingToken != tt.token) {
+			if st.Held != tt.held || tt.held && (st.HolderID != seededHolder(tt.token) || st.FencingToken != tt.token) {
 				t.Fatalf("Inspect = %+v, want held %v by %s with token %d", st, tt.held, tt.holder, tt.token)
 			}
 			if st.Held && time.Until(st.ExpiresAt) <= 0 {

@@ -113,6 +113,7 @@ func quorumValue[T int64 | time.Duration](vals []T, k int) T {
 // holder is one owner as the nodes holding its lock describe it.
 type holder struct {
 	owner  string
+	att    string // the identity of its newest lease (the highest fence)
 	fence  uint64
 	counts []int64
 	pttls  []time.Duration
@@ -121,11 +122,14 @@ type holder struct {
 // holders groups the nodes' views of a held lock by owner.
 type holders map[string]*holder
 
-func (hs holders) add(owner string, fence uint64, count int64, pttl time.Duration) {
+func (hs holders) add(owner, att string, fence uint64, count int64, pttl time.Duration) {
 	h := hs[owner]
 	if h == nil {
-		h = &holder{owner: owner}
+		h = &holder{owner: owner, att: att, fence: fence}
 		hs[owner] = h
+	}
+	if fence > h.fence {
+		h.att = att
 	}
 	h.fence = max(h.fence, fence)
 	h.counts = append(h.counts, count)
@@ -149,11 +153,21 @@ func (hs holders) top() *holder {
 func (h *holder) state(k int) lock.State {
 	return lock.State{
 		Held:         true,
-		HolderID:     lock.HolderID(h.owner),
+		HolderID:     holderID(h.att),
 		FencingToken: h.fence,
 		ExpiresAt:    time.Now().Add(quorumValue(h.pttls, k)),
 		HoldCount:    holdCount(quorumValue(h.counts, k)),
 	}
+}
+
+// holderID is the public id of the lease whose identity is att, the random attempt id that
+// started it: the same on every node of the lease, and on every instance. A node an older
+// version wrote without one shows no holder id.
+func holderID(att string) string {
+	if att == "" {
+		return ""
+	}
+	return lock.HolderIDOf(att)
 }
 
 // toInt reads one integer of a script's reply.

@@ -40,6 +40,7 @@ func TestConcurrentSameOwnerAcquireKeepsLease(t *testing.T) {
 	y := New(direct, Config{Prefix: c.prefix, NodeTimeout: 5 * time.Second})
 
 	var once sync.Once
+	var seen string // the holder id Y saw between X's rounds
 	var xClients []redis.Scripter
 	for _, d := range c.direct {
 		xClients = append(xClients, hookedScripter{d, func(sha string) {
@@ -48,9 +49,10 @@ func TestConcurrentSameOwnerAcquireKeepsLease(t *testing.T) {
 			}
 			once.Do(func() {
 				att, err := y.TryAcquire(context.Background(), key, me, time.Minute)
-				if err != nil || att.Acquired || att.Holder.HolderID != holderID(me) {
+				if err != nil || att.Acquired || !att.Holder.Held || att.Holder.HolderID == "" {
 					t.Errorf("Y TryAcquire between X's rounds = %+v, %v; want busy, held by itself", att, err)
 				}
+				seen = att.Holder.HolderID
 			})
 		}})
 	}
@@ -59,6 +61,9 @@ func TestConcurrentSameOwnerAcquireKeepsLease(t *testing.T) {
 	att, err := x.TryAcquire(context.Background(), key, me, time.Minute)
 	if err != nil || !att.Acquired {
 		t.Fatalf("X TryAcquire = %+v, %v; want acquired", att, err)
+	}
+	if seen != att.Lease.HolderID {
+		t.Fatalf("Y saw holder %q between X's rounds, X's lease is %q; want the same lease", seen, att.Lease.HolderID)
 	}
 	tok := int64(att.Lease.FencingToken)
 	c.wantHolds(key, []hold{{me, tok, 1}, {me, tok, 1}, {me, tok, 1}})

@@ -24,7 +24,7 @@ import "github.com/redis/go-redis/v9"
 // not cut its lease short), or changes nothing when another owner holds it. It reports the
 // node's fencing counter, read in the same step as the take.
 // Returns {status, counter, count, fence, pttl, holder, att}; status 1 taken, 2 re-entered
-// (fence 0: a pending take), 0 held by holder.
+// (fence 0: a pending take), 0 held by holder (its att too, which names its holder id).
 var acquireScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence', 'att')
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -43,7 +43,7 @@ if v[1] == ARGV[1] then
   end
   return {2, counter, count, tonumber(v[3]), pttl, '', v[4] or ''}
 end
-return {0, counter, tonumber(v[2]), tonumber(v[3]), redis.call('PTTL', KEYS[1]), v[1], ''}
+return {0, counter, tonumber(v[2]), tonumber(v[3]), redis.call('PTTL', KEYS[1]), v[1], v[4] or ''}
 `)
 
 // stampScript confirms a take in an acquire's second round: ARGV[1] owner, ARGV[2] token,
@@ -77,10 +77,10 @@ return 1
 `)
 
 // releaseScript drops one hold on one node: ARGV[1] owner, ARGV[2] the lease's fencing token
-// or 0 for any. Returns {holds left, fence}; {-1} when the node holds no confirmed lease (or
-// one with another token), {-2} for another owner. The last hold deletes the hash.
+// or 0 for any. Returns {holds left, fence, att}; {-1} when the node holds no confirmed lease
+// (or one with another token), {-2} for another owner. The last hold deletes the hash.
 var releaseScript = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'owner', 'fence')
+local v = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'att')
 if v[1] == false then return {-1} end
 if v[1] ~= ARGV[1] then return {-2} end
 if v[2] == '0' then return {-1} end
@@ -88,9 +88,9 @@ if ARGV[2] ~= '0' and v[2] ~= ARGV[2] then return {-1} end
 local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
 if count <= 0 then
   redis.call('DEL', KEYS[1])
-  return {0, tonumber(v[2])}
+  return {0, tonumber(v[2]), v[3] or ''}
 end
-return {count, tonumber(v[2])}
+return {count, tonumber(v[2]), v[3] or ''}
 `)
 
 // renewScript extends the owner's confirmed lease on one node: ARGV[1] owner, ARGV[2] ttl in

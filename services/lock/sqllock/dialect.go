@@ -15,13 +15,19 @@ type Dialect struct {
 	sqldb.Dialect
 	// Schema creates the tables; each statement must be idempotent. The tables are
 	// coordkit_lock_leases(scope, lock_key, owner, hold_count, fencing_token, expires_at,
-	// ttl_ms) with the primary key (scope, lock_key), the unique key that makes two holders
+	// ttl_ms, holder_id) with the primary key (scope, lock_key), the unique key that makes two holders
 	// impossible, and an index on (scope, expires_at) for the janitor; and
 	// coordkit_lock_fences(scope, bucket, fence_floor) with the primary key (scope, bucket);
 	// and coordkit_lock_waiters(scope, lock_key, owner, arrival, deadline), fair mode's lines,
 	// with the primary key (scope, lock_key, owner) and indexes on (scope, lock_key, arrival)
 	// and (scope, deadline).
 	Schema []string
+	// ColumnExists counts the columns named by its second parameter in the table named by
+	// its first (0 or 1).
+	ColumnExists string
+	// AddHolderID adds holder_id to a coordkit_lock_leases table that an older version
+	// created without it.
+	AddHolderID string
 	// InsertInTx says that a write transaction locks the whole database (SQLite's BEGIN
 	// IMMEDIATE), so a new key's row is inserted inside the transaction that takes it: no
 	// other transaction runs meanwhile, so none can deadlock with it, and the acquire is one
@@ -42,6 +48,7 @@ var SQLite = Dialect{
 		fencing_token INTEGER NOT NULL DEFAULT 0,
 		expires_at    INTEGER NOT NULL DEFAULT 0,
 		ttl_ms        INTEGER NOT NULL DEFAULT 0,
+		holder_id     TEXT    NOT NULL DEFAULT '',
 		PRIMARY KEY (scope, lock_key)
 	) WITHOUT ROWID`,
 		`CREATE INDEX IF NOT EXISTS coordkit_lock_leases_expiry ON coordkit_lock_leases (scope, expires_at)`,
@@ -62,7 +69,9 @@ var SQLite = Dialect{
 		`CREATE INDEX IF NOT EXISTS coordkit_lock_waiters_line ON coordkit_lock_waiters (scope, lock_key, arrival)`,
 		`CREATE INDEX IF NOT EXISTS coordkit_lock_waiters_deadline ON coordkit_lock_waiters (scope, deadline)`,
 	},
-	InsertInTx: true,
+	ColumnExists: "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?",
+	AddHolderID:  "ALTER TABLE coordkit_lock_leases ADD COLUMN holder_id TEXT NOT NULL DEFAULT ''",
+	InsertInTx:   true,
 }
 
 // MySQL is the dialect of MySQL 8 and MariaDB 10.6+ (InnoDB). Keys are VARBINARY so that
@@ -79,6 +88,7 @@ var MySQL = Dialect{
 		fencing_token BIGINT UNSIGNED NOT NULL DEFAULT 0,
 		expires_at    BIGINT          NOT NULL DEFAULT 0,
 		ttl_ms        BIGINT          NOT NULL DEFAULT 0,
+		holder_id     VARBINARY(32)   NOT NULL DEFAULT '',
 		PRIMARY KEY (scope, lock_key),
 		INDEX coordkit_lock_leases_expiry (scope, expires_at)
 	) ENGINE=InnoDB`,
@@ -99,6 +109,8 @@ var MySQL = Dialect{
 		INDEX coordkit_lock_waiters_deadline (scope, deadline)
 	) ENGINE=InnoDB`,
 	},
+	ColumnExists: "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?",
+	AddHolderID:  "ALTER TABLE coordkit_lock_leases ADD COLUMN holder_id VARBINARY(32) NOT NULL DEFAULT ''",
 }
 
 // dialectOf is the lock dialect of an engine's dialect, chosen by its name.

@@ -81,7 +81,7 @@ func (b *Backend) reclaimBatch(ctx context.Context) (deleted, candidates int, er
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	locked, err := tx.QueryContext(ctx, "SELECT lock_key, owner, fencing_token, expires_at, "+b.d.NowMillis+
+	locked, err := tx.QueryContext(ctx, "SELECT lock_key, owner, holder_id, fencing_token, expires_at, "+b.d.NowMillis+
 		" FROM "+leasesTable+" WHERE scope = ? AND lock_key IN "+in+" ORDER BY lock_key"+b.d.ForUpdate, args...)
 	if err != nil {
 		return 0, len(keys), err
@@ -94,7 +94,7 @@ func (b *Backend) reclaimBatch(ctx context.Context) (deleted, candidates int, er
 	for locked.Next() {
 		var r row
 		var k string
-		if err := locked.Scan(&k, &r.owner, &r.token, &r.expiresAt, &r.now); err != nil {
+		if err := locked.Scan(&k, &r.owner, &r.holder, &r.token, &r.expiresAt, &r.now); err != nil {
 			locked.Close()
 			return 0, len(keys), err
 		}

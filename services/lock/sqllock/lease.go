@@ -12,7 +12,8 @@ import (
 
 // row is a lock row as read, with the database's clock.
 type row struct {
-	owner     string
+	owner     string // the digest the service passed, never a secret
+	holder    string // the lease's random public id; "" in rows older versions wrote
 	holds     uint32
 	token     uint64 // 0: a placeholder that never had a holder
 	expiresAt int64  // database clock, Unix ms
@@ -29,14 +30,14 @@ func (r row) state() lock.State {
 		return lock.State{}
 	}
 	return lock.State{
-		Held: true, HolderID: lock.HolderID(r.owner), FencingToken: r.token, HoldCount: r.holds,
+		Held: true, HolderID: r.holder, FencingToken: r.token, HoldCount: r.holds,
 		ExpiresAt: time.Now().Add(time.Duration(r.expiresAt-r.now) * time.Millisecond),
 	}
 }
 
 func scanRow(s *sql.Row) (row, error) {
 	var r row
-	err := s.Scan(&r.owner, &r.holds, &r.token, &r.expiresAt, &r.ttlMs, &r.now)
+	err := s.Scan(&r.owner, &r.holder, &r.holds, &r.token, &r.expiresAt, &r.ttlMs, &r.now)
 	return r, err
 }
 
@@ -154,7 +155,7 @@ func (b *Backend) tx(ctx context.Context, key string, m missing, fn func(tx *sql
 	}
 	if next != nil {
 		_, err := tx.StmtContext(ctx, b.st.update).ExecContext(ctx,
-			next.owner, next.holds, next.token, next.expiresAt, next.ttlMs, b.scope, key)
+			next.owner, next.holder, next.holds, next.token, next.expiresAt, next.ttlMs, b.scope, key)
 		if err != nil {
 			return dbError{err}
 		}
@@ -237,8 +238,8 @@ func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner string, r ro
 		if r.holds >= lock.MaxHoldCount {
 			return nil, lock.Attempt{}, lock.ErrHoldLimit
 		}
-		att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds + 1}}
-		return &row{owner: owner, holds: r.holds + 1, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
+		att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, HolderID: r.holder, FencingToken: r.token, HoldCount: r.holds + 1}}
+		return &row{owner: owner, holder: r.holder, holds: r.holds + 1, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
 	}
 	token := r.token + 1
 	if r.token == 0 {
@@ -248,8 +249,9 @@ func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner string, r ro
 		}
 		token = first
 	}
-	att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, FencingToken: token, HoldCount: 1}}
-	return &row{owner: owner, holds: 1, token: token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
+	holder := lock.NewHolderID()
+	att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, HolderID: holder, FencingToken: token, HoldCount: 1}}
+	return &row{owner: owner, holder: holder, holds: 1, token: token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
 }
 
 // endedLease is the lease r held when it ran out unreleased and unreported (an owner is
@@ -259,7 +261,7 @@ func endedLease(key string, r row) *lock.Expiry {
 	if r.owner == "" || r.held() {
 		return nil
 	}
-	return &lock.Expiry{Key: key, FencingToken: r.token, HolderID: lock.HolderID(r.owner)}
+	return &lock.Expiry{Key: key, FencingToken: r.token, HolderID: r.holder}
 }
 
 // report reports e, if any.
@@ -327,9 +329,9 @@ func (b *Backend) takeRow(ctx context.Context, key string, found bool, take func
 }
 
 // Release implements lock.Backend.
-func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, uint64, error) {
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, lock.Released, error) {
 	var remaining uint32
-	var leaseToken uint64
+	var lease lock.Released
 	err := b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) {
 		if err := ownedBy(r, owner); err != nil {
 			return nil, err
@@ -337,15 +339,15 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 		if token != 0 && r.token != token {
 			return nil, lock.ErrNotHeld
 		}
-		remaining, leaseToken = r.holds-1, r.token
+		remaining, lease = r.holds-1, lock.Released{FencingToken: r.token, HolderID: r.holder}
 		if remaining == 0 {
 			// Free; the token stays for the next holder, and the janitor deletes the row
 			// (folding the token into the fence floor) once the keep-free period passes.
 			return &row{token: r.token, expiresAt: r.now + b.o.keepFree.Milliseconds()}, nil
 		}
-		return &row{owner: owner, holds: remaining, token: r.token, expiresAt: r.expiresAt, ttlMs: r.ttlMs}, nil
+		return &row{owner: owner, holder: r.holder, holds: remaining, token: r.token, expiresAt: r.expiresAt, ttlMs: r.ttlMs}, nil
 	})
-	return remaining, leaseToken, err
+	return remaining, lease, err
 }
 
 // Renew implements lock.Backend.
@@ -360,8 +362,8 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 		if ttl <= 0 { // the lease's own ttl
 			ttlMs, report = r.ttlMs, time.Duration(r.ttlMs)*time.Millisecond
 		}
-		lease = lock.Lease{Key: key, Owner: owner, FencingToken: r.token, HoldCount: r.holds, ExpiresAt: start.Add(report)}
-		return &row{owner: owner, holds: r.holds, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
+		lease = lock.Lease{Key: key, Owner: owner, HolderID: r.holder, FencingToken: r.token, HoldCount: r.holds, ExpiresAt: start.Add(report)}
+		return &row{owner: owner, holder: r.holder, holds: r.holds, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
 	})
 	return lease, err
 }

@@ -2,10 +2,19 @@ package sqllock
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/coordkit/coordkit/libs/sqldb"
+	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/lock"
 )
 
@@ -68,8 +77,8 @@ func TestMigrateFromSingleTable(t *testing.T) {
 		b := bs[0]
 
 		st, err := b.Inspect(ctx, "live")
-		if err != nil || !st.Held || st.FencingToken != 7 || st.HoldCount != 2 || st.HolderID != lock.HolderID("old-owner") {
-			t.Fatalf("live lease after the upgrade: %+v, %v; want held by old-owner, token 7, 2 holds", st, err)
+		if err != nil || !st.Held || st.FencingToken != 7 || st.HoldCount != 2 || st.HolderID != "" {
+			t.Fatalf("live lease after the upgrade: %+v, %v; want held, token 7, 2 holds, no holder id (an old lease's owner is unknown)", st, err)
 		}
 		if att, err := b.TryAcquire(ctx, "live", "rival", time.Minute); err != nil || att.Acquired {
 			t.Fatalf("rival on a carried-over lease: %+v, %v", att, err)
@@ -97,4 +106,110 @@ func TestMigrateFromSingleTable(t *testing.T) {
 			t.Fatalf("an instance started after the upgrade brought back a released lease: %+v, %v", st, err)
 		}
 	})
+}
+
+// TestMigrateAddsHolderID starts several instances at once on a leases table from before
+// holder ids, whose rows hold owner secrets in plain: the column is added once (the
+// instances that lose the race still start), the old lease stays exclusive until it expires,
+// shown with no holder id, and new leases get one.
+func TestMigrateAddsHolderID(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			raw, open := freshDatabase(t, e.name)
+			old := strings.Replace(dialects[e.name].Schema[0], "holder_id", "-- no holder_id", 1)
+			old = regexp.MustCompile(`(?m)^.*-- no holder_id.*\n`).ReplaceAllString(old, "")
+			if strings.Contains(old, "holder_id") {
+				t.Fatalf("old schema still has holder_id:\n%s", old)
+			}
+			if _, err := raw.Exec(old); err != nil {
+				t.Fatalf("old schema: %v", err)
+			}
+			if _, err := raw.Exec("INSERT INTO "+leasesTable+" (scope, lock_key, owner, hold_count, fencing_token, expires_at, ttl_ms) VALUES (?, ?, ?, 1, 5, ?, 60000)",
+				DefaultScope, "old", "plain-old-owner-secret", time.Now().Add(time.Minute).UnixMilli()); err != nil {
+				t.Fatalf("old row: %v", err)
+			}
+			bs := make([]*Backend, 3)
+			var wg sync.WaitGroup
+			for i := range bs {
+				wg.Go(func() { bs[i] = open(t) })
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			b := bs[0]
+			st, err := b.Inspect(ctx, "old")
+			if err != nil || !st.Held || st.FencingToken != 5 || st.HolderID != "" {
+				t.Fatalf("old lease after the upgrade: %+v, %v; want held, token 5, no holder id", st, err)
+			}
+			if att, err := b.TryAcquire(ctx, "old", "some-owner-digest", time.Minute); err != nil || att.Acquired || att.Holder.HolderID != "" {
+				t.Fatalf("acquire of the old lease: %+v, %v; want busy, by an unknown holder", att, err)
+			}
+			att, err := bs[2].TryAcquire(ctx, "new", "some-owner-digest", time.Minute)
+			if err != nil || !att.Acquired || len(att.Lease.HolderID) != 16 {
+				t.Fatalf("acquire after the upgrade: %+v, %v; want acquired with a holder id", att, err)
+			}
+			if st, err := bs[1].Inspect(ctx, "new"); err != nil || st.HolderID != att.Lease.HolderID {
+				t.Fatalf("inspect from another instance: %+v, %v; want holder %s", st, err, att.Lease.HolderID)
+			}
+		})
+	}
+}
+
+var dialects = map[string]Dialect{"sqlite": SQLite, "mysql": MySQL}
+
+// freshDatabase returns an empty database of the engine, apart from every other test's
+// (SQLite: a new file; MySQL: a new database, dropped when the test ends), a raw handle on
+// it and a function that opens a backend on it.
+func freshDatabase(t *testing.T, engine string) (*sql.DB, func(t *testing.T) *Backend) {
+	t.Helper()
+	ctx := context.Background()
+	if engine == "sqlite" {
+		path := filepath.Join(t.TempDir(), "locks.db")
+		raw, err := sqldb.OpenSQLite(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { raw.Close() })
+		return raw.DB, func(t *testing.T) *Backend {
+			b, err := OpenSQLite(ctx, path, WithReclaimInterval(0))
+			if err != nil {
+				t.Errorf("open: %v", err)
+				return nil
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		}
+	}
+	cfg, err := mysql.ParseDSN(testenv.MySQLDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("mysql", testenv.MySQLDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	cfg.DBName = "coordkit_migrate_" + strings.ToLower(rand.Text()[:10])
+	if _, err := admin.Exec("CREATE DATABASE " + cfg.DBName); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() { admin.Exec("DROP DATABASE " + cfg.DBName) }) //nolint:errcheck // best effort
+	dsn := cfg.FormatDSN()
+	raw, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	return raw, func(t *testing.T) *Backend {
+		b, err := OpenMySQL(ctx, dsn, DefaultScope, WithReclaimInterval(0))
+		if err != nil {
+			t.Errorf("open: %v", err)
+			return nil
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
 }

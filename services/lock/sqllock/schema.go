@@ -27,6 +27,9 @@ func (b *Backend) migrate(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := b.addHolderID(ctx); err != nil {
+		return err
+	}
 	var n int
 	if err := b.db.QueryRowContext(ctx, b.d.TableExists, legacyTable).Scan(&n); err != nil {
 		return err
@@ -54,6 +57,30 @@ func (b *Backend) migrate(ctx context.Context) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// addHolderID adds the holder_id column to a leases table an older version created. Its
+// rows get "" there: leases whose owner column holds the caller's secret itself (the old
+// versions stored it), which no owner's digest matches, so they stay held, by an unknown
+// holder, until they expire. Instances starting together may race to add it; the loser's
+// ALTER fails, and the column being there then is success.
+func (b *Backend) addHolderID(ctx context.Context) error {
+	has := func() (bool, error) {
+		var n int
+		err := b.db.QueryRowContext(ctx, b.d.ColumnExists, leasesTable, "holder_id").Scan(&n)
+		return n > 0, err
+	}
+	if ok, err := has(); err != nil || ok {
+		return err
+	}
+	_, err := b.db.ExecContext(ctx, b.d.AddHolderID)
+	if err == nil {
+		return nil
+	}
+	if ok, herr := has(); herr == nil && ok {
+		return nil
+	}
+	return fmt.Errorf("add holder_id: %w", err)
 }
 
 // DropScope deletes every lock of scope, and its fence floors, from db. It is for a scope

@@ -65,6 +65,16 @@
 // coordkit_locks is only read for scopes not yet upgraded; drop it when none is left. Stop
 // every instance of the old version before starting the new one: the two versions do not
 // see each other's leases.
+//
+// # Holder ids and owner digests
+//
+// The owner column holds the digest of the owner's secret that the service passes, never the
+// secret; holder_id holds the lease's random public id (lock.NewHolderID), drawn when the
+// lease begins and kept by re-entries, renewals and partial releases. A table from before
+// holder_id gets the column at the first start (ALTER TABLE, once, whichever instance comes
+// first); its live rows keep the plain owners older versions stored, which no digest
+// matches: they stay held, by a holder without id, until they expire (or until the janitor
+// deletes them after), and nobody can release or renew them early.
 package sqllock
 
 import (

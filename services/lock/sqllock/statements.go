@@ -13,7 +13,7 @@ type statements struct {
 }
 
 func (s *statements) prepare(ctx context.Context, db *sql.DB, d Dialect) error {
-	cols := "SELECT owner, hold_count, fencing_token, expires_at, ttl_ms, " + d.NowMillis +
+	cols := "SELECT owner, holder_id, hold_count, fencing_token, expires_at, ttl_ms, " + d.NowMillis +
 		" FROM " + leasesTable + " WHERE scope = ? AND lock_key = ?"
 	for _, p := range []struct {
 		st **sql.Stmt
@@ -24,7 +24,7 @@ func (s *statements) prepare(ctx context.Context, db *sql.DB, d Dialect) error {
 		// A placeholder: free, reclaimable once its keep-free period has passed (an acquire
 		// that stopped between creating the row and taking it leaves it behind).
 		{&s.insertRow, d.InsertIgnore + " INTO " + leasesTable + " (scope, lock_key, expires_at) VALUES (?, ?, " + d.NowMillis + " + ?)"},
-		{&s.update, "UPDATE " + leasesTable + " SET owner = ?, hold_count = ?, fencing_token = ?, expires_at = ?, ttl_ms = ?" +
+		{&s.update, "UPDATE " + leasesTable + " SET owner = ?, holder_id = ?, hold_count = ?, fencing_token = ?, expires_at = ?, ttl_ms = ?" +
 			" WHERE scope = ? AND lock_key = ?"},
 		{&s.lockFloor, "SELECT fence_floor FROM " + fencesTable + " WHERE scope = ? AND bucket = ?" + d.ForUpdate},
 	} {

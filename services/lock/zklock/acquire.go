@@ -225,7 +225,7 @@ func (b *Backend) rewrite(ctx context.Context, e *entry, d nodeData) (*entry, er
 // granted is the Attempt of a lease node; start is the local time before its last write.
 func (b *Backend) granted(key string, e *entry, start time.Time, ttl time.Duration) lock.Attempt {
 	return lock.Attempt{Acquired: true, Lease: lock.Lease{
-		Key: key, Owner: e.data.Owner, FencingToken: e.token(),
+		Key: key, Owner: e.data.Owner, HolderID: e.holderID(), FencingToken: e.token(),
 		ExpiresAt: b.leaseEnd(start, ttl), HoldCount: e.data.Holds,
 	}}
 }

@@ -11,15 +11,15 @@ import (
 // Release implements lock.Backend. The last hold deletes the node (the next waiter's watch
 // fires) and then the key's parent if the line is empty; an earlier hold only counts down.
 // Every step is versioned: a lease that changed meanwhile is read again.
-func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, uint64, error) {
+func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, lock.Released, error) {
 	parent := b.parentPath(key)
 	for step := range maxSteps {
 		e, err := b.ownLease(ctx, parent, owner, step == 0)
 		if err != nil {
-			return 0, 0, err
+			return 0, lock.Released{}, err
 		}
 		if token != 0 && e.token() != token {
-			return 0, 0, fmt.Errorf("zklock: release: lease with token %d: %w", token, lock.ErrNotHeld)
+			return 0, lock.Released{}, fmt.Errorf("zklock: release: lease with token %d: %w", token, lock.ErrNotHeld)
 		}
 		if e.data.Holds > 1 {
 			d := e.data
@@ -36,10 +36,10 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 				continue
 			}
 			if err != nil {
-				return 0, 0, err
+				return 0, lock.Released{}, err
 			}
 			b.remember(&entry{path: e.path, data: d, stat: st})
-			return d.Holds, e.token(), nil
+			return d.Holds, e.released(), nil
 		}
 		err = b.delete(ctx, e.path, e.stat.Version)
 		b.leases.drop(e.path)
@@ -47,13 +47,13 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 			continue
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, lock.Released{}, err
 		}
 		b.timers.forget(e.path)
 		b.dropParent(ctx, parent)
-		return 0, e.token(), nil
+		return 0, e.released(), nil
 	}
-	return 0, 0, b.tooBusy(ctx, parent)
+	return 0, lock.Released{}, b.tooBusy(ctx, parent)
 }
 
 // Renew implements lock.Backend: it rewrites the lease's ttl, which restarts its clock. A ttl

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/coordkit/coordkit/services/lock"
 )
 
 // childPrefix starts every queue node's name; the attempt id and the sequence number ZooKeeper
@@ -34,7 +36,9 @@ const dataVersion = 2
 const oldestDataVersion = 1
 
 // acl is open: coordkit trusts the ensemble's network, as the other backends trust Redis or
-// the database. Owners are secrets, so restrict the ensemble's access accordingly.
+// the database. Node data holds no secret (Owner is the digest the service passes, and a
+// holder id is derived from the node's random name), but anyone who can write the tree can
+// delete a lease: restrict the ensemble's access accordingly.
 var acl = zk.WorldACL(zk.PermAll)
 
 // parentName encodes a key into one node name. Keys are any UTF-8 up to 512 bytes, including
@@ -90,7 +94,9 @@ func position(line []child, name string) int {
 // waiter whose process stalled or vanished cannot block the line for longer than it meant to
 // wait.
 type nodeData struct {
-	V     int    `json:"v"`
+	V int `json:"v"`
+	// Owner is the digest of the owner's secret that the service passes; nodes older
+	// versions wrote hold the secret itself, which no digest matches.
 	Owner string `json:"owner"`
 	Holds uint32 `json:"holds"`
 	TTLms int64  `json:"ttl_ms"`
@@ -158,6 +164,16 @@ func (e *entry) origin() string {
 		return e.data.Origin
 	}
 	return e.path[strings.LastIndexByte(e.path, '/')+1:]
+}
+
+// holderID is the lease's public holder id, derived from the name of the node that started
+// it (origin), whose attempt prefix is 64 random bits: the same from every instance and
+// across takeovers, and nothing an owner's guess can be checked against.
+func (e *entry) holderID() string { return lock.HolderIDOf(e.origin()) }
+
+// released names e's lease for a release event.
+func (e *entry) released() lock.Released {
+	return lock.Released{FencingToken: e.token(), HolderID: e.holderID()}
 }
 
 // leaseTTL is the lease's own ttl, which a Renew without a ttl reuses.

@@ -72,7 +72,7 @@ func (b *Backend) expire(ctx context.Context, e *entry) error {
 		key := keyOf(parentOf(e.path))
 		b.log.Debug("zklock: lease expired", "key", key, "token", e.token(), "holds", e.data.Holds)
 		if e.holding() { // only the one delete at this version succeeds: reported once
-			b.Report(lock.Expiry{Key: key, FencingToken: e.token(), HolderID: lock.HolderID(e.data.Owner)})
+			b.Report(lock.Expiry{Key: key, FencingToken: e.token(), HolderID: e.holderID()})
 		}
 		b.dropParent(ctx, parentOf(e.path))
 	case moved(err):
@@ -103,7 +103,7 @@ func (b *Backend) tooBusy(ctx context.Context, parent string) error {
 func (b *Backend) stateOf(e *entry) lock.State {
 	now := time.Now()
 	return lock.State{
-		Held: true, HolderID: lock.HolderID(e.data.Owner), FencingToken: e.token(),
+		Held: true, HolderID: e.holderID(), FencingToken: e.token(),
 		ExpiresAt: now.Add(b.clock.left(now, e)), HoldCount: max(e.data.Holds, 1),
 	}
 }
