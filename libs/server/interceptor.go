@@ -119,12 +119,16 @@ func codeOf(err error) string {
 // through Error, before metrics and logs see it. Handlers map their own errors, but some
 // arrive bare: connect-go answers a request whose deadline already passed (Connect-Timeout-Ms:
 // 0) with ctx.Err() before the handler runs, which would otherwise be counted as unknown, and
-// a request ended by the server's shutdown must be unavailable, not canceled.
+// a request ended by the server's shutdown must be unavailable, not canceled. It also answers
+// a JSON request that did not decode (see jsonCodec) before the handler sees it.
 type edgeErrors struct{}
 
 // WrapUnary implements connect.Interceptor.
 func (edgeErrors) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := decodeFailure(req.Any()); err != nil {
+			return nil, err
+		}
 		res, err := next(ctx, req)
 		return res, Error(ctx, err)
 	}
@@ -138,6 +142,18 @@ func (edgeErrors) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 // WrapStreamingHandler implements connect.Interceptor.
 func (edgeErrors) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return Error(ctx, next(ctx, conn))
+		return Error(ctx, next(ctx, decodeChecked{conn}))
 	}
+}
+
+// decodeChecked fails a Receive whose JSON message did not decode (see jsonCodec): streaming
+// handlers receive inside the interceptor chain, after WrapStreamingHandler.
+type decodeChecked struct{ connect.StreamingHandlerConn }
+
+// Receive implements connect.StreamingHandlerConn.
+func (c decodeChecked) Receive(m any) error {
+	if err := c.StreamingHandlerConn.Receive(m); err != nil {
+		return err
+	}
+	return decodeFailure(m)
 }

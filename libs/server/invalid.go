@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,11 +15,36 @@ import (
 // task pools and task ids.
 const MaxKeyBytes = 512
 
+// MaxQuoteBytes is how much of a client's bad value an error message quotes: enough to
+// recognize it, never so much that a 1 MB value comes back in the error.
+const MaxQuoteBytes = 64
+
 // InvalidField returns an invalid_argument error whose message starts with the field's
-// name, as every service reports bad input.
+// name, as every service reports bad input. Quote any client value in it with Quote.
 func InvalidField(field, format string, args ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument,
 		fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+// Quote is a client's value as an error message shows it: Go-quoted (invalid UTF-8 and
+// control characters escaped), and when longer than MaxQuoteBytes only its first
+// MaxQuoteBytes of quoted text, cut between characters, then "…" and the value's length:
+// "abcabc…" (1048576 bytes).
+func Quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); {
+		_, size := utf8.DecodeRuneInString(s[i:]) // an invalid byte is 1 and quotes as \xff
+		q := strconv.Quote(s[i : i+size])
+		q = q[1 : len(q)-1]
+		if b.Len()-1+len(q) > MaxQuoteBytes {
+			return fmt.Sprintf("%s…\" (%d bytes)", b.String(), len(s))
+		}
+		b.WriteString(q)
+		i += size
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // CheckKey checks a client-chosen name in the request field named field: 1 to MaxKeyBytes

@@ -43,7 +43,7 @@ func ResolveBackend[B any](backends map[string]B, def, name string) (string, B, 
 		if name == "" {
 			return "", b, server.InvalidField("backend", "must be set: this instance has several (%s) and no default", BackendNames(backends))
 		}
-		return "", b, server.InvalidField("backend", "%q is not configured on this instance (configured: %s)", name, BackendNames(backends))
+		return "", b, server.InvalidField("backend", "%s is not configured on this instance (configured: %s)", server.Quote(name), BackendNames(backends))
 	}
 	return name, b, nil
 }

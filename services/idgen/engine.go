@@ -20,10 +20,15 @@ type Sequence interface {
 // implements it.
 type Segments interface {
 	Sequence
-	// CreateTag creates a tag whose first ID is start, with the configured step.
+	// CreateTag creates a tag whose first ID is start (0: 1, or where a deleted tag of the
+	// name stopped), with the configured step.
 	CreateTag(ctx context.Context, tag string, start, step int64, description string) (segment.TagState, error)
 	// Tags lists every tag with this instance's buffer state.
 	Tags(ctx context.Context) ([]segment.TagState, error)
+	// UpdateTag sets a tag's step and description; nil leaves a field as it is.
+	UpdateTag(ctx context.Context, tag string, step *int64, description *string) (segment.TagState, error)
+	// DeleteTag deletes a tag, keeping its max_id as a tombstone a re-created tag starts above.
+	DeleteTag(ctx context.Context, tag string) (segment.TagState, error)
 }
 
 // Snowflake issues snowflake IDs; snowflake.Generator implements it.

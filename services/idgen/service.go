@@ -149,9 +149,9 @@ func (s *Service) Next(ctx context.Context, req *idgenv1.NextRequest) (*idgenv1.
 
 // Decode implements IdServiceHandler.
 func (s *Service) Decode(_ context.Context, req *idgenv1.DecodeRequest) (*idgenv1.DecodeResponse, error) {
-	id, err := snowflake.Parse(req.GetId())
+	id, err := parseDecode(req)
 	if err != nil {
-		return nil, server.InvalidField("id", "%v", err)
+		return nil, err
 	}
 	d, err := snowflake.Decode(id, s.clock())
 	if err != nil {
@@ -169,20 +169,57 @@ func (s *Service) CreateTag(ctx context.Context, req *idgenv1.CreateTagRequest) 
 		return nil, err
 	}
 	if s.segments == nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("idgen: segment mode is not configured on this service"))
+		return nil, errNoSegments
 	}
 	t, err := s.segments.CreateTag(ctx, p.tag, p.start, p.step, p.description)
 	if err != nil {
 		return nil, toConnect(ctx, err, p.tag)
 	}
-	s.log.InfoContext(ctx, "idgen: created segment tag", "tag", p.tag, "start", p.start, "step", p.step)
+	s.log.InfoContext(ctx, "idgen: created segment tag", "tag", p.tag, "start", t.MaxID, "step", p.step)
 	return &idgenv1.CreateTagResponse{Tag: tagToProto(t)}, nil
 }
+
+// UpdateTag implements IdServiceHandler.
+func (s *Service) UpdateTag(ctx context.Context, req *idgenv1.UpdateTagRequest) (*idgenv1.UpdateTagResponse, error) {
+	p, err := parseUpdateTag(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.segments == nil {
+		return nil, errNoSegments
+	}
+	t, err := s.segments.UpdateTag(ctx, p.tag, p.step, p.description)
+	if err != nil {
+		return nil, toConnect(ctx, err, p.tag)
+	}
+	s.log.InfoContext(ctx, "idgen: updated segment tag", "tag", p.tag, "step", t.Step)
+	return &idgenv1.UpdateTagResponse{Tag: tagToProto(t)}, nil
+}
+
+// DeleteTag implements IdServiceHandler.
+func (s *Service) DeleteTag(ctx context.Context, req *idgenv1.DeleteTagRequest) (*idgenv1.DeleteTagResponse, error) {
+	if err := validateTag(req.GetTag()); err != nil {
+		return nil, err
+	}
+	if s.segments == nil {
+		return nil, errNoSegments
+	}
+	t, err := s.segments.DeleteTag(ctx, req.GetTag())
+	if err != nil {
+		return nil, toConnect(ctx, err, req.GetTag())
+	}
+	s.log.InfoContext(ctx, "idgen: deleted segment tag", "tag", req.GetTag(), "max_id", t.MaxID)
+	return &idgenv1.DeleteTagResponse{Tag: tagToProto(t)}, nil
+}
+
+// errNoSegments answers the tag RPCs on an instance without segment mode.
+var errNoSegments = connect.NewError(connect.CodeFailedPrecondition,
+	errors.New("tag: segment mode is not configured on this service"))
 
 // ListTags implements IdServiceHandler.
 func (s *Service) ListTags(ctx context.Context, _ *idgenv1.ListTagsRequest) (*idgenv1.ListTagsResponse, error) {
 	if s.segments == nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("idgen: segment mode is not configured on this service"))
+		return nil, errNoSegments
 	}
 	tags, err := s.segments.Tags(ctx)
 	if err != nil {
@@ -207,7 +244,7 @@ func tagToProto(t segment.TagState) *idgenv1.TagState {
 			out.Next = &idgenv1.SegmentRange{Start: b.Next.Start, End: b.Next.End, Position: b.Next.Start}
 		}
 		out.NextLoaded = b.NextLoaded
-		out.DynamicStep = b.Step
+		out.DynamicStep = max(b.Step, t.Step) // the store never reserves less than the step
 		out.LastRefill = timestamppb.New(b.LastRefill)
 	}
 	return out
@@ -215,13 +252,18 @@ func tagToProto(t segment.TagState) *idgenv1.TagState {
 
 // toConnect maps the ID engines' own errors to Connect codes; everything the services share
 // (unavailable stores, shutdown, context endings) goes through server.Error, the one mapping.
-// tag is named in not_found and already_exists messages.
+// tag is named in not_found, already_exists and failed_precondition messages.
 func toConnect(ctx context.Context, err error, tag string) error {
+	var below *segment.BelowTombstone
 	switch {
 	case errors.Is(err, segment.ErrNotFound):
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("tag: %q does not exist; create it with CreateTag (coord id create-tag)", tag))
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("tag: %s does not exist; create it with CreateTag (coord id create-tag)", server.Quote(tag)))
 	case errors.Is(err, segment.ErrExists):
-		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("tag: %q already exists", tag))
+		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("tag: %s already exists", server.Quote(tag)))
+	case errors.As(err, &below):
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"start: %d is below %d, where the deleted tag %s stopped: IDs below it may have been issued; leave start unset to continue there",
+			below.Start, below.MaxID, server.Quote(tag)))
 	case errors.Is(err, snowflake.ErrLeaseLost), errors.Is(err, snowflake.ErrClockBackwards):
 		return connect.NewError(connect.CodeUnavailable, err)
 	}

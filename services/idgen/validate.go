@@ -1,6 +1,7 @@
 package idgen
 
 import (
+	"strconv"
 	"unicode"
 	"unicode/utf8"
 
@@ -30,7 +31,7 @@ func validateTag(tag string) error {
 	case tag == "":
 		return server.InvalidField("tag", "must not be empty")
 	case len(tag) > MaxTagBytes:
-		return server.InvalidField("tag", "is %d bytes, the limit is %d", len(tag), MaxTagBytes)
+		return server.InvalidField("tag", "%s is too long: the limit is %d bytes", server.Quote(tag), MaxTagBytes)
 	case !utf8.ValidString(tag):
 		return server.InvalidField("tag", "must be valid UTF-8")
 	}
@@ -62,14 +63,37 @@ func parseNext(req *idgenv1.NextRequest) (nextParams, error) {
 			return p, err
 		}
 	case idgenv1.Mode_MODE_UNSPECIFIED:
-		return p, server.InvalidField("mode", "must be set (MODE_UUID_V4, MODE_UUID_V7, MODE_SNOWFLAKE, MODE_SEGMENT or MODE_REDIS_INCR)")
+		return p, server.InvalidField("mode", "must be set (%s)", modeNames)
 	default:
-		return p, server.InvalidField("mode", "%d is not a known mode", int32(p.mode))
+		return p, server.InvalidField("mode", "%d is not a known mode (%s)", int32(p.mode), modeNames)
 	}
 	if req.GetCount() < 1 || req.GetCount() > MaxCount {
 		return p, server.InvalidField("count", "%d is outside [1, %d]", req.GetCount(), MaxCount)
 	}
 	return p, nil
+}
+
+// modeNames lists the modes a request may choose.
+const modeNames = "MODE_UUID_V4, MODE_UUID_V7, MODE_SNOWFLAKE, MODE_SEGMENT or MODE_REDIS_INCR"
+
+// maxDecimalDigits is the length of the longest decimal int64 (19 digits).
+const maxDecimalDigits = 19
+
+// parseDecode validates a Decode request's id: a decimal 63-bit integer, which only snowflake
+// IDs are worth decoding. A long id is refused before it is parsed or quoted whole.
+func parseDecode(req *idgenv1.DecodeRequest) (int64, error) {
+	s := req.GetId()
+	switch {
+	case s == "":
+		return 0, server.InvalidField("id", "must not be empty: pass a snowflake ID as a decimal string")
+	case len(s) > maxDecimalDigits:
+		return 0, server.InvalidField("id", "%s is too long: a snowflake ID has at most %d decimal digits", server.Quote(s), maxDecimalDigits)
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 0 {
+		return 0, server.InvalidField("id", "%s is not a snowflake ID: want a decimal 63-bit integer", server.Quote(s))
+	}
+	return id, nil
 }
 
 // tagParams is a validated CreateTag request with defaults applied.
@@ -78,15 +102,12 @@ type tagParams struct {
 	start, step      int64
 }
 
-// parseCreateTag validates a CreateTag request: unset start means 1, unset step
-// segment.DefaultStep.
+// parseCreateTag validates a CreateTag request: unset step means segment.DefaultStep; unset
+// start stays 0, which the engine reads as 1, or where a deleted tag of the name stopped.
 func parseCreateTag(req *idgenv1.CreateTagRequest) (tagParams, error) {
 	p := tagParams{tag: req.GetTag(), description: req.GetDescription(), start: req.GetStart(), step: req.GetStep()}
 	if err := validateTag(p.tag); err != nil {
 		return p, err
-	}
-	if p.start == 0 {
-		p.start = 1
 	}
 	if p.start < 0 || p.start > segment.MaxStart {
 		return p, server.InvalidField("start", "%d is outside [1, 2^62]", req.GetStart())
@@ -94,14 +115,52 @@ func parseCreateTag(req *idgenv1.CreateTagRequest) (tagParams, error) {
 	if p.step == 0 {
 		p.step = segment.DefaultStep
 	}
-	if p.step < 1 || p.step > MaxStep {
-		return p, server.InvalidField("step", "%d is outside [1, %d]", req.GetStep(), MaxStep)
+	if err := validateStep(p.step); err != nil {
+		return p, err
 	}
-	if len(p.description) > MaxDescriptionBytes {
-		return p, server.InvalidField("description", "is %d bytes, the limit is %d", len(p.description), MaxDescriptionBytes)
+	return p, validateDescription(p.description)
+}
+
+// updateParams is a validated UpdateTag request; nil fields stay as they are.
+type updateParams struct {
+	tag         string
+	step        *int64
+	description *string
+}
+
+// parseUpdateTag validates an UpdateTag request, which must change something.
+func parseUpdateTag(req *idgenv1.UpdateTagRequest) (updateParams, error) {
+	p := updateParams{tag: req.GetTag(), step: req.Step, description: req.Description}
+	if err := validateTag(p.tag); err != nil {
+		return p, err
 	}
-	if !utf8.ValidString(p.description) {
-		return p, server.InvalidField("description", "must be valid UTF-8")
+	if p.step == nil && p.description == nil {
+		return p, server.InvalidField("step", "nothing to update: set step, description or both")
+	}
+	if p.step != nil {
+		if err := validateStep(*p.step); err != nil {
+			return p, err
+		}
+	}
+	if p.description != nil {
+		return p, validateDescription(*p.description)
 	}
 	return p, nil
+}
+
+func validateStep(step int64) error {
+	if step < 1 || step > MaxStep {
+		return server.InvalidField("step", "%d is outside [1, %d]", step, MaxStep)
+	}
+	return nil
+}
+
+func validateDescription(d string) error {
+	switch {
+	case len(d) > MaxDescriptionBytes:
+		return server.InvalidField("description", "is %d bytes, the limit is %d", len(d), MaxDescriptionBytes)
+	case !utf8.ValidString(d):
+		return server.InvalidField("description", "must be valid UTF-8")
+	}
+	return nil
 }

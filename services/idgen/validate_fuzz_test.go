@@ -1,6 +1,7 @@
 package idgen
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -57,8 +58,31 @@ func FuzzParseCreateTag(f *testing.F) {
 			testenv.WantInvalidField(t, err, "tag", "start", "step", "description")
 			return
 		}
-		if p.start < 1 || p.start > 1<<62 || p.step < 1 || p.step > MaxStep || len(p.description) > MaxDescriptionBytes {
+		// start 0 is unset: the engine starts at 1, or where a deleted tag of the name stopped.
+		if p.start < 0 || p.start > 1<<62 || p.step < 1 || p.step > MaxStep || len(p.description) > MaxDescriptionBytes {
 			t.Fatalf("accepted %+v", p)
+		}
+	})
+}
+
+// FuzzParseDecode checks that Decode accepts only non-negative decimal int64s and that its
+// errors name id and stay short, whatever the input.
+func FuzzParseDecode(f *testing.F) {
+	f.Add("123")
+	f.Add("-1")
+	f.Add(strings.Repeat("9", 100))
+	f.Add("1\xff")
+	f.Fuzz(func(t *testing.T, id string) {
+		got, err := parseDecode(&idgenv1.DecodeRequest{Id: id})
+		if err != nil {
+			testenv.WantInvalidField(t, err, "id")
+			if len(err.Error()) > testenv.MaxErrorMessageBytes {
+				t.Fatalf("error is %d bytes: %v", len(err.Error()), err)
+			}
+			return
+		}
+		if n, perr := strconv.ParseInt(id, 10, 64); got < 0 || len(id) > 19 || perr != nil || n != got {
+			t.Fatalf("accepted %q as %d", id, got)
 		}
 	})
 }

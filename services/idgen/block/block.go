@@ -135,6 +135,26 @@ func (p *Pool) Next(ctx context.Context, tag string, n int) ([]int64, error) {
 	return ids, err
 }
 
+// Drop discards tag's buffered ranges, for a tag deleted from the store: the next request
+// reserves afresh, and gets the store's answer (not found, or a range of a tag created again,
+// which the store puts above every earlier range). A background reservation already running
+// may still install its range, which the store reserved before the deletion, so it is as
+// unique as any other.
+func (p *Pool) Drop(tag string) {
+	p.mu.Lock()
+	b := p.buffers[tag]
+	if b != nil && b.users == 0 {
+		delete(p.buffers, tag)
+	}
+	p.mu.Unlock()
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cur, b.pos, b.next, b.hasNext = Range{}, 0, Range{}, false
+}
+
 // State is a tag's buffer as one instance holds it.
 type State struct {
 	// Current is the range handed out now.

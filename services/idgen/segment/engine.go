@@ -52,13 +52,44 @@ type TagState struct {
 	Buffered bool
 }
 
-// CreateTag creates tag, whose first ID is start, with the configured step.
+// CreateTag creates tag, whose first ID is start, with the configured step. start 0 means 1,
+// or for a tag that was deleted, its tombstone's max_id; a start below that max_id is a
+// *BelowTombstone (ErrBelowTombstone).
 func (e *Engine) CreateTag(ctx context.Context, tag string, start, step int64, description string) (TagState, error) {
 	t, err := e.store.Create(ctx, tag, start, step, description)
 	if err != nil {
 		return TagState{}, err
 	}
+	return e.withBuffer(t), nil
+}
+
+// UpdateTag sets tag's configured step and description; nil leaves a field as it is. The new
+// step bounds every reservation from the next one on, by any instance; ranges already
+// reserved are handed out as they are.
+func (e *Engine) UpdateTag(ctx context.Context, tag string, step *int64, description *string) (TagState, error) {
+	t, err := e.store.Update(ctx, tag, step, description)
+	if err != nil {
+		return TagState{}, err
+	}
+	return e.withBuffer(t), nil
+}
+
+// DeleteTag deletes tag, keeping its max_id as a tombstone, and drops this instance's
+// buffered ranges of it, so this instance issues no more IDs of the deleted tag. Other
+// instances run out their buffers (IDs below the tombstone) and then get ErrNotFound.
+func (e *Engine) DeleteTag(ctx context.Context, tag string) (TagState, error) {
+	t, err := e.store.Delete(ctx, tag)
+	if err != nil {
+		return TagState{}, err
+	}
+	e.pool.Drop(tag)
 	return TagState{Tag: t}, nil
+}
+
+func (e *Engine) withBuffer(t Tag) TagState {
+	s := TagState{Tag: t}
+	s.Buffer, s.Buffered = e.pool.State(t.Tag)
+	return s
 }
 
 // Tags lists every tag with this instance's buffer state.
@@ -69,8 +100,7 @@ func (e *Engine) Tags(ctx context.Context) ([]TagState, error) {
 	}
 	out := make([]TagState, len(tags))
 	for i, t := range tags {
-		out[i].Tag = t
-		out[i].Buffer, out[i].Buffered = e.pool.State(t.Tag)
+		out[i] = e.withBuffer(t)
 	}
 	return out, nil
 }

@@ -5,7 +5,9 @@
 //
 // Tags must be created first (Engine.CreateTag): an unknown tag is ErrNotFound, never a new
 // sequence starting at 1, because a typo would otherwise silently issue IDs that already
-// exist in the tables that use the real tag.
+// exist in the tables that use the real tag. For the same reason a deleted tag's row stays as
+// a tombstone (deleted_at set): a tag created again under its name continues at or above the
+// tombstone's max_id, never below it.
 package segment
 
 import (
@@ -26,6 +28,9 @@ var (
 	ErrNotFound = errors.New("segment: tag not found")
 	// ErrExists means CreateTag named a tag that exists.
 	ErrExists = errors.New("segment: tag already exists")
+	// ErrBelowTombstone means CreateTag asked a tag that was deleted to start below the
+	// deleted tag's max_id, where IDs may already have been issued. It is a *BelowTombstone.
+	ErrBelowTombstone = errors.New("segment: start is below the deleted tag's max_id")
 	// ErrUnavailable means the database could not be reached or did not answer.
 	// It wraps server.ErrUnavailable, which every service answers as unavailable.
 	ErrUnavailable = fmt.Errorf("segment: database %w", server.ErrUnavailable)
@@ -45,12 +50,34 @@ type Tag struct {
 	UpdatedAt time.Time
 }
 
+// BelowTombstone is the ErrBelowTombstone of one CreateTag: MaxID is the lowest start the
+// tag may have.
+type BelowTombstone struct {
+	// Tag is the tag.
+	Tag string
+	// Start is the start that was asked for.
+	Start int64
+	// MaxID is where the deleted tag stopped.
+	MaxID int64
+}
+
+// Error implements error.
+func (e *BelowTombstone) Error() string {
+	return fmt.Sprintf("%v: %d < %d", ErrBelowTombstone, e.Start, e.MaxID)
+}
+
+// Is makes errors.Is(err, ErrBelowTombstone) hold.
+func (e *BelowTombstone) Is(target error) bool { return target == ErrBelowTombstone }
+
 // Store is the segment table coordkit_idgen_segments(biz_tag, max_id, step, description,
-// updated_at) on SQLite or MySQL. It implements block.Reserver.
+// updated_at, deleted_at) on SQLite or MySQL. deleted_at is 0 for a live tag and the deletion
+// time (database clock, Unix ms) for a tombstone. It implements block.Reserver.
 type Store struct {
 	db *sqldb.DB
 
-	reserve, readRow, insert, list string
+	reserve, readRow, insert, list                    string
+	revive, reviveAt, update, updateStep, updateDescr string
+	remove                                            string
 }
 
 var _ block.Reserver = (*Store)(nil)
@@ -64,22 +91,55 @@ func NewStore(ctx context.Context, db *sqldb.DB) (*Store, error) {
 		max_id      ` + d.Int64 + ` NOT NULL,
 		step        ` + d.Int64 + ` NOT NULL,
 		description ` + d.Text + `  NOT NULL DEFAULT '',
-		updated_at  ` + d.Int64 + ` NOT NULL
+		updated_at  ` + d.Int64 + ` NOT NULL,
+		deleted_at  ` + d.Int64 + ` NOT NULL DEFAULT 0
 	)` + d.TableOptions
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		return nil, fmt.Errorf("segment: %s schema: %w", d.Name, err)
 	}
-	const cols = "SELECT biz_tag, max_id, step, description, updated_at FROM coordkit_idgen_segments"
+	if err := addDeletedAt(ctx, db); err != nil {
+		return nil, err
+	}
+	const (
+		cols = "SELECT biz_tag, max_id, step, description, updated_at, deleted_at FROM coordkit_idgen_segments"
+		set  = "UPDATE coordkit_idgen_segments SET "
+	)
+	live := " WHERE biz_tag = ? AND deleted_at = 0"
+	dead := " WHERE biz_tag = ? AND deleted_at <> 0"
 	return &Store{
 		db: db,
 		// The CASE keeps every segment at least the configured step, whatever an instance asks.
-		reserve: "UPDATE coordkit_idgen_segments SET max_id = max_id + CASE WHEN step > ? THEN step ELSE ? END," +
-			" updated_at = " + d.NowMillis + " WHERE biz_tag = ?",
+		reserve: set + "max_id = max_id + CASE WHEN step > ? THEN step ELSE ? END," +
+			" updated_at = " + d.NowMillis + live,
 		readRow: cols + " WHERE biz_tag = ?",
 		insert: d.InsertIgnore + " INTO coordkit_idgen_segments (biz_tag, max_id, step, description, updated_at)" +
 			" VALUES (?, ?, ?, ?, " + d.NowMillis + ")",
-		list: cols + " ORDER BY biz_tag",
+		list: cols + " WHERE deleted_at = 0 ORDER BY biz_tag",
+		// A tombstone comes back to life where it stopped, or at a start at or above that.
+		revive: set + "step = ?, description = ?, deleted_at = 0, updated_at = " + d.NowMillis + dead,
+		reviveAt: set + "max_id = ?, step = ?, description = ?, deleted_at = 0, updated_at = " + d.NowMillis +
+			dead + " AND max_id <= ?",
+		update:      set + "step = ?, description = ?" + live,
+		updateStep:  set + "step = ?" + live,
+		updateDescr: set + "description = ?" + live,
+		remove:      set + "deleted_at = " + d.NowMillis + live,
 	}, nil
+}
+
+// addDeletedAt adds the deleted_at column to a table created before tags could be deleted.
+// Instances starting together may race to add it: whoever loses finds it there.
+func addDeletedAt(ctx context.Context, db *sqldb.DB) error {
+	const probe = "SELECT deleted_at FROM coordkit_idgen_segments WHERE 1 = 0"
+	if _, err := db.ExecContext(ctx, probe); err == nil {
+		return nil
+	}
+	_, err := db.ExecContext(ctx, "ALTER TABLE coordkit_idgen_segments ADD COLUMN deleted_at "+db.Dialect.Int64+" NOT NULL DEFAULT 0")
+	if err != nil {
+		if _, perr := db.ExecContext(ctx, probe); perr != nil {
+			return fmt.Errorf("segment: %s: add column deleted_at: %w", db.Dialect.Name, err)
+		}
+	}
+	return nil
 }
 
 // Reserve implements block.Reserver: it raises max_id by max(step, want) and reads the row
@@ -110,22 +170,101 @@ func (s *Store) Reserve(ctx context.Context, tag string, want int64) (block.Rese
 	return block.Reservation{Range: block.Range{Start: t.MaxID - size, End: t.MaxID}, MinStep: t.Step}, nil
 }
 
-// Create inserts a tag whose first ID is start.
+// Create inserts a tag whose first ID is start; start 0 means 1, or for a tag that was
+// deleted, where it stopped. A tag that exists is ErrExists; a start below a deleted tag's
+// max_id is a *BelowTombstone. Every step is one conditional statement, so a Create racing a
+// Delete or another Create of the same name can never start below the tombstone.
 func (s *Store) Create(ctx context.Context, tag string, start, step int64, description string) (Tag, error) {
-	res, err := s.db.ExecContext(ctx, s.insert, tag, start, step, description)
+	n, err := s.exec(ctx, s.insert, tag, max(start, 1), step, description)
 	if err != nil {
-		return Tag{}, s.unavailable(ctx, err)
+		return Tag{}, err
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return Tag{}, s.unavailable(ctx, err)
-	} else if n == 0 {
-		return Tag{}, fmt.Errorf("%w: %q", ErrExists, tag)
+	if n == 0 { // the name is taken: by a live tag, or by a tombstone that can come back
+		if start == 0 {
+			n, err = s.exec(ctx, s.revive, step, description, tag)
+		} else {
+			n, err = s.exec(ctx, s.reviveAt, start, step, description, tag, start)
+		}
+		if err != nil {
+			return Tag{}, err
+		}
 	}
-	t, err := scanTag(s.db.QueryRowContext(ctx, s.readRow, tag))
+	t, deleted, err := s.read(ctx, tag)
 	if err != nil {
-		return Tag{}, s.unavailable(ctx, err)
+		return Tag{}, err
 	}
-	return t, nil
+	switch {
+	case n > 0:
+		return t, nil
+	case deleted && start > 0:
+		return Tag{}, &BelowTombstone{Tag: tag, Start: start, MaxID: t.MaxID}
+	}
+	return Tag{}, fmt.Errorf("%w: %q", ErrExists, tag)
+}
+
+// Update sets a live tag's step and description; nil leaves a field as it is. A new step
+// bounds every reservation from the next one on (Reserve reads it in its transaction).
+func (s *Store) Update(ctx context.Context, tag string, step *int64, description *string) (Tag, error) {
+	var err error
+	switch {
+	case step != nil && description != nil:
+		_, err = s.exec(ctx, s.update, *step, *description, tag)
+	case step != nil:
+		_, err = s.exec(ctx, s.updateStep, *step, tag)
+	case description != nil:
+		_, err = s.exec(ctx, s.updateDescr, *description, tag)
+	}
+	if err != nil {
+		return Tag{}, err
+	}
+	// MySQL counts changed rows, not matched ones, so an update to the same values affects
+	// none: the read decides whether the tag is there.
+	t, deleted, err := s.read(ctx, tag)
+	if errors.Is(err, ErrNotFound) || (err == nil && deleted) {
+		return Tag{}, fmt.Errorf("%w: %q", ErrNotFound, tag)
+	}
+	return t, err
+}
+
+// Delete turns a live tag into a tombstone and returns it as it was deleted: its MaxID is the
+// lowest start a tag created again under its name may have. Reservations after it are
+// ErrNotFound; ranges reserved before it stay below MaxID.
+func (s *Store) Delete(ctx context.Context, tag string) (Tag, error) {
+	n, err := s.exec(ctx, s.remove, tag)
+	if err != nil {
+		return Tag{}, err
+	}
+	if n == 0 {
+		return Tag{}, fmt.Errorf("%w: %q", ErrNotFound, tag)
+	}
+	// Nothing changes a tombstone's max_id: this read sees it as it was deleted.
+	t, _, err := s.read(ctx, tag)
+	return t, err
+}
+
+// exec runs one statement and returns how many rows it changed.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, s.unavailable(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, s.unavailable(ctx, err)
+	}
+	return n, nil
+}
+
+// read returns tag's row, live or a tombstone; a tag that never existed is ErrNotFound.
+func (s *Store) read(ctx context.Context, tag string) (Tag, bool, error) {
+	t, deletedAt, err := scanRow(s.db.QueryRowContext(ctx, s.readRow, tag))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Tag{}, false, fmt.Errorf("%w: %q", ErrNotFound, tag)
+	}
+	if err != nil {
+		return Tag{}, false, s.unavailable(ctx, err)
+	}
+	return t, deletedAt != 0, nil
 }
 
 // List returns every tag, ordered by name.
@@ -150,13 +289,19 @@ func (s *Store) List(ctx context.Context) ([]Tag, error) {
 }
 
 func scanTag(row interface{ Scan(...any) error }) (Tag, error) {
+	t, _, err := scanRow(row)
+	return t, err
+}
+
+// scanRow reads a row of cols: the tag and its deleted_at (0 for a live tag).
+func scanRow(row interface{ Scan(...any) error }) (Tag, int64, error) {
 	var t Tag
-	var updated int64
-	if err := row.Scan(&t.Tag, &t.MaxID, &t.Step, &t.Description, &updated); err != nil {
-		return Tag{}, err
+	var updated, deletedAt int64
+	if err := row.Scan(&t.Tag, &t.MaxID, &t.Step, &t.Description, &updated, &deletedAt); err != nil {
+		return Tag{}, 0, err
 	}
 	t.UpdatedAt = time.UnixMilli(updated).UTC()
-	return t, nil
+	return t, deletedAt, nil
 }
 
 // unavailable wraps a database error as ErrUnavailable through the one shared mapping

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/coordkit/coordkit/libs/server"
 )
 
 // Layout of an ID, from the most significant bit: 1 zero sign bit, TimeBits of milliseconds
@@ -74,7 +76,7 @@ func Decode(id int64, now time.Time) (ID, error) {
 func Parse(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %q is not a decimal 63-bit integer", ErrNotSnowflake, s)
+		return 0, fmt.Errorf("%w: %s is not a decimal 63-bit integer", ErrNotSnowflake, server.Quote(s))
 	}
 	return id, nil
 }

@@ -319,7 +319,9 @@ type CreateTagRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tag: 1 to 128 bytes of valid UTF-8 without control characters.
 	Tag string `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
-	// The first ID to hand out, 1 to 2^62; unset (0) means 1.
+	// The first ID to hand out, 1 to 2^62; unset (0) means 1, or for a tag that was deleted,
+	// where the deleted tag stopped (its max_id). A start below a deleted tag's max_id is
+	// failed_precondition: IDs below it may have been issued.
 	Start int64 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
 	// The configured segment size, 1 to 1000000; unset means 1000. The dynamic step never
 	// goes below it.
@@ -517,6 +519,211 @@ func (x *ListTagsResponse) GetTags() []*TagState {
 	return nil
 }
 
+// UpdateTagRequest changes a segment tag; fields left unset keep their value, and at least one
+// must be set.
+type UpdateTagRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tag.
+	Tag string `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	// The new configured step, 1 to 1000000: the smallest segment any instance reserves from
+	// its next reservation on. A larger step applies at once; the dynamic step of an instance
+	// that had doubled above a smaller new step halves down to it over slow refills.
+	Step *int64 `protobuf:"varint,2,opt,name=step,proto3,oneof" json:"step,omitempty"`
+	// The new description, up to 256 bytes of UTF-8; "" clears it.
+	Description   *string `protobuf:"bytes,3,opt,name=description,proto3,oneof" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTagRequest) Reset() {
+	*x = UpdateTagRequest{}
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTagRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTagRequest) ProtoMessage() {}
+
+func (x *UpdateTagRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTagRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTagRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UpdateTagRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *UpdateTagRequest) GetStep() int64 {
+	if x != nil && x.Step != nil {
+		return *x.Step
+	}
+	return 0
+}
+
+func (x *UpdateTagRequest) GetDescription() string {
+	if x != nil && x.Description != nil {
+		return *x.Description
+	}
+	return ""
+}
+
+// UpdateTagResponse is the changed tag.
+type UpdateTagResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tag as stored now.
+	Tag           *TagState `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTagResponse) Reset() {
+	*x = UpdateTagResponse{}
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTagResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTagResponse) ProtoMessage() {}
+
+func (x *UpdateTagResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTagResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTagResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *UpdateTagResponse) GetTag() *TagState {
+	if x != nil {
+		return x.Tag
+	}
+	return nil
+}
+
+// DeleteTagRequest deletes a segment tag.
+type DeleteTagRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tag.
+	Tag           string `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTagRequest) Reset() {
+	*x = DeleteTagRequest{}
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTagRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTagRequest) ProtoMessage() {}
+
+func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTagRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTagRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DeleteTagRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+// DeleteTagResponse is the deleted tag.
+type DeleteTagResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tag as it was deleted: its max_id is where a CreateTag of the same name starts.
+	Tag           *TagState `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTagResponse) Reset() {
+	*x = DeleteTagResponse{}
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTagResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTagResponse) ProtoMessage() {}
+
+func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTagResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTagResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DeleteTagResponse) GetTag() *TagState {
+	if x != nil {
+		return x.Tag
+	}
+	return nil
+}
+
 // SegmentRange is a reserved range of IDs [start, end) held in an instance's memory.
 type SegmentRange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -532,7 +739,7 @@ type SegmentRange struct {
 
 func (x *SegmentRange) Reset() {
 	*x = SegmentRange{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[8]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +751,7 @@ func (x *SegmentRange) String() string {
 func (*SegmentRange) ProtoMessage() {}
 
 func (x *SegmentRange) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[8]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +764,7 @@ func (x *SegmentRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentRange.ProtoReflect.Descriptor instead.
 func (*SegmentRange) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{8}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SegmentRange) GetStart() int64 {
@@ -610,7 +817,7 @@ type TagState struct {
 
 func (x *TagState) Reset() {
 	*x = TagState{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[9]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +829,7 @@ func (x *TagState) String() string {
 func (*TagState) ProtoMessage() {}
 
 func (x *TagState) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[9]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +842,7 @@ func (x *TagState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagState.ProtoReflect.Descriptor instead.
 func (*TagState) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{9}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TagState) GetTag() string {
@@ -734,7 +941,19 @@ const file_coordkit_idgen_v1_idgen_proto_rawDesc = "" +
 	"\x03tag\x18\x01 \x01(\v2\x1b.coordkit.idgen.v1.TagStateR\x03tag\"\x11\n" +
 	"\x0fListTagsRequest\"C\n" +
 	"\x10ListTagsResponse\x12/\n" +
-	"\x04tags\x18\x01 \x03(\v2\x1b.coordkit.idgen.v1.TagStateR\x04tags\"R\n" +
+	"\x04tags\x18\x01 \x03(\v2\x1b.coordkit.idgen.v1.TagStateR\x04tags\"}\n" +
+	"\x10UpdateTagRequest\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\tR\x03tag\x12\x17\n" +
+	"\x04step\x18\x02 \x01(\x03H\x00R\x04step\x88\x01\x01\x12%\n" +
+	"\vdescription\x18\x03 \x01(\tH\x01R\vdescription\x88\x01\x01B\a\n" +
+	"\x05_stepB\x0e\n" +
+	"\f_description\"B\n" +
+	"\x11UpdateTagResponse\x12-\n" +
+	"\x03tag\x18\x01 \x01(\v2\x1b.coordkit.idgen.v1.TagStateR\x03tag\"$\n" +
+	"\x10DeleteTagRequest\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\tR\x03tag\"B\n" +
+	"\x11DeleteTagResponse\x12-\n" +
+	"\x03tag\x18\x01 \x01(\v2\x1b.coordkit.idgen.v1.TagStateR\x03tag\"R\n" +
 	"\fSegmentRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x03R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x03R\x03end\x12\x1a\n" +
@@ -760,12 +979,14 @@ const file_coordkit_idgen_v1_idgen_proto_rawDesc = "" +
 	"\fMODE_UUID_V7\x10\x02\x12\x12\n" +
 	"\x0eMODE_SNOWFLAKE\x10\x03\x12\x10\n" +
 	"\fMODE_SEGMENT\x10\x04\x12\x13\n" +
-	"\x0fMODE_REDIS_INCR\x10\x052\xd8\x02\n" +
+	"\x0fMODE_REDIS_INCR\x10\x052\x8c\x04\n" +
 	"\tIdService\x12I\n" +
 	"\x04Next\x12\x1e.coordkit.idgen.v1.NextRequest\x1a\x1f.coordkit.idgen.v1.NextResponse\"\x00\x12O\n" +
 	"\x06Decode\x12 .coordkit.idgen.v1.DecodeRequest\x1a!.coordkit.idgen.v1.DecodeResponse\"\x00\x12X\n" +
 	"\tCreateTag\x12#.coordkit.idgen.v1.CreateTagRequest\x1a$.coordkit.idgen.v1.CreateTagResponse\"\x00\x12U\n" +
-	"\bListTags\x12\".coordkit.idgen.v1.ListTagsRequest\x1a#.coordkit.idgen.v1.ListTagsResponse\"\x00B\xcb\x01\n" +
+	"\bListTags\x12\".coordkit.idgen.v1.ListTagsRequest\x1a#.coordkit.idgen.v1.ListTagsResponse\"\x00\x12X\n" +
+	"\tUpdateTag\x12#.coordkit.idgen.v1.UpdateTagRequest\x1a$.coordkit.idgen.v1.UpdateTagResponse\"\x00\x12X\n" +
+	"\tDeleteTag\x12#.coordkit.idgen.v1.DeleteTagRequest\x1a$.coordkit.idgen.v1.DeleteTagResponse\"\x00B\xcb\x01\n" +
 	"\x15com.coordkit.idgen.v1B\n" +
 	"IdgenProtoP\x01Z@github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1;idgenv1\xa2\x02\x03CIX\xaa\x02\x11Coordkit.Idgen.V1\xca\x02\x11Coordkit\\Idgen\\V1\xe2\x02\x1dCoordkit\\Idgen\\V1\\GPBMetadata\xea\x02\x13Coordkit::Idgen::V1b\x06proto3"
 
@@ -782,7 +1003,7 @@ func file_coordkit_idgen_v1_idgen_proto_rawDescGZIP() []byte {
 }
 
 var file_coordkit_idgen_v1_idgen_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordkit_idgen_v1_idgen_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_coordkit_idgen_v1_idgen_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_coordkit_idgen_v1_idgen_proto_goTypes = []any{
 	(Mode)(0),                     // 0: coordkit.idgen.v1.Mode
 	(*NextRequest)(nil),           // 1: coordkit.idgen.v1.NextRequest
@@ -793,32 +1014,42 @@ var file_coordkit_idgen_v1_idgen_proto_goTypes = []any{
 	(*CreateTagResponse)(nil),     // 6: coordkit.idgen.v1.CreateTagResponse
 	(*ListTagsRequest)(nil),       // 7: coordkit.idgen.v1.ListTagsRequest
 	(*ListTagsResponse)(nil),      // 8: coordkit.idgen.v1.ListTagsResponse
-	(*SegmentRange)(nil),          // 9: coordkit.idgen.v1.SegmentRange
-	(*TagState)(nil),              // 10: coordkit.idgen.v1.TagState
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*UpdateTagRequest)(nil),      // 9: coordkit.idgen.v1.UpdateTagRequest
+	(*UpdateTagResponse)(nil),     // 10: coordkit.idgen.v1.UpdateTagResponse
+	(*DeleteTagRequest)(nil),      // 11: coordkit.idgen.v1.DeleteTagRequest
+	(*DeleteTagResponse)(nil),     // 12: coordkit.idgen.v1.DeleteTagResponse
+	(*SegmentRange)(nil),          // 13: coordkit.idgen.v1.SegmentRange
+	(*TagState)(nil),              // 14: coordkit.idgen.v1.TagState
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_coordkit_idgen_v1_idgen_proto_depIdxs = []int32{
 	0,  // 0: coordkit.idgen.v1.NextRequest.mode:type_name -> coordkit.idgen.v1.Mode
-	11, // 1: coordkit.idgen.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
-	10, // 2: coordkit.idgen.v1.CreateTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
-	10, // 3: coordkit.idgen.v1.ListTagsResponse.tags:type_name -> coordkit.idgen.v1.TagState
-	11, // 4: coordkit.idgen.v1.TagState.updated_at:type_name -> google.protobuf.Timestamp
-	9,  // 5: coordkit.idgen.v1.TagState.current:type_name -> coordkit.idgen.v1.SegmentRange
-	9,  // 6: coordkit.idgen.v1.TagState.next:type_name -> coordkit.idgen.v1.SegmentRange
-	11, // 7: coordkit.idgen.v1.TagState.last_refill:type_name -> google.protobuf.Timestamp
-	1,  // 8: coordkit.idgen.v1.IdService.Next:input_type -> coordkit.idgen.v1.NextRequest
-	3,  // 9: coordkit.idgen.v1.IdService.Decode:input_type -> coordkit.idgen.v1.DecodeRequest
-	5,  // 10: coordkit.idgen.v1.IdService.CreateTag:input_type -> coordkit.idgen.v1.CreateTagRequest
-	7,  // 11: coordkit.idgen.v1.IdService.ListTags:input_type -> coordkit.idgen.v1.ListTagsRequest
-	2,  // 12: coordkit.idgen.v1.IdService.Next:output_type -> coordkit.idgen.v1.NextResponse
-	4,  // 13: coordkit.idgen.v1.IdService.Decode:output_type -> coordkit.idgen.v1.DecodeResponse
-	6,  // 14: coordkit.idgen.v1.IdService.CreateTag:output_type -> coordkit.idgen.v1.CreateTagResponse
-	8,  // 15: coordkit.idgen.v1.IdService.ListTags:output_type -> coordkit.idgen.v1.ListTagsResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 1: coordkit.idgen.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
+	14, // 2: coordkit.idgen.v1.CreateTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
+	14, // 3: coordkit.idgen.v1.ListTagsResponse.tags:type_name -> coordkit.idgen.v1.TagState
+	14, // 4: coordkit.idgen.v1.UpdateTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
+	14, // 5: coordkit.idgen.v1.DeleteTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
+	15, // 6: coordkit.idgen.v1.TagState.updated_at:type_name -> google.protobuf.Timestamp
+	13, // 7: coordkit.idgen.v1.TagState.current:type_name -> coordkit.idgen.v1.SegmentRange
+	13, // 8: coordkit.idgen.v1.TagState.next:type_name -> coordkit.idgen.v1.SegmentRange
+	15, // 9: coordkit.idgen.v1.TagState.last_refill:type_name -> google.protobuf.Timestamp
+	1,  // 10: coordkit.idgen.v1.IdService.Next:input_type -> coordkit.idgen.v1.NextRequest
+	3,  // 11: coordkit.idgen.v1.IdService.Decode:input_type -> coordkit.idgen.v1.DecodeRequest
+	5,  // 12: coordkit.idgen.v1.IdService.CreateTag:input_type -> coordkit.idgen.v1.CreateTagRequest
+	7,  // 13: coordkit.idgen.v1.IdService.ListTags:input_type -> coordkit.idgen.v1.ListTagsRequest
+	9,  // 14: coordkit.idgen.v1.IdService.UpdateTag:input_type -> coordkit.idgen.v1.UpdateTagRequest
+	11, // 15: coordkit.idgen.v1.IdService.DeleteTag:input_type -> coordkit.idgen.v1.DeleteTagRequest
+	2,  // 16: coordkit.idgen.v1.IdService.Next:output_type -> coordkit.idgen.v1.NextResponse
+	4,  // 17: coordkit.idgen.v1.IdService.Decode:output_type -> coordkit.idgen.v1.DecodeResponse
+	6,  // 18: coordkit.idgen.v1.IdService.CreateTag:output_type -> coordkit.idgen.v1.CreateTagResponse
+	8,  // 19: coordkit.idgen.v1.IdService.ListTags:output_type -> coordkit.idgen.v1.ListTagsResponse
+	10, // 20: coordkit.idgen.v1.IdService.UpdateTag:output_type -> coordkit.idgen.v1.UpdateTagResponse
+	12, // 21: coordkit.idgen.v1.IdService.DeleteTag:output_type -> coordkit.idgen.v1.DeleteTagResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_idgen_v1_idgen_proto_init() }
@@ -826,13 +1057,14 @@ func file_coordkit_idgen_v1_idgen_proto_init() {
 	if File_coordkit_idgen_v1_idgen_proto != nil {
 		return
 	}
+	file_coordkit_idgen_v1_idgen_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_idgen_v1_idgen_proto_rawDesc), len(file_coordkit_idgen_v1_idgen_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

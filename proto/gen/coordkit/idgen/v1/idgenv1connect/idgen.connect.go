@@ -43,6 +43,10 @@ const (
 	IdServiceCreateTagProcedure = "/coordkit.idgen.v1.IdService/CreateTag"
 	// IdServiceListTagsProcedure is the fully-qualified name of the IdService's ListTags RPC.
 	IdServiceListTagsProcedure = "/coordkit.idgen.v1.IdService/ListTags"
+	// IdServiceUpdateTagProcedure is the fully-qualified name of the IdService's UpdateTag RPC.
+	IdServiceUpdateTagProcedure = "/coordkit.idgen.v1.IdService/UpdateTag"
+	// IdServiceDeleteTagProcedure is the fully-qualified name of the IdService's DeleteTag RPC.
+	IdServiceDeleteTagProcedure = "/coordkit.idgen.v1.IdService/DeleteTag"
 )
 
 // IdServiceClient is a client for the coordkit.idgen.v1.IdService service.
@@ -52,11 +56,25 @@ type IdServiceClient interface {
 	// holds enough.
 	Next(context.Context, *v1.NextRequest) (*v1.NextResponse, error)
 	// Decode explains a snowflake ID: when it was issued, by which worker id, at which sequence.
+	// Only snowflake IDs carry a time and a worker: segment and Redis IDs are plain counters,
+	// and a UUID is not a number at all.
 	Decode(context.Context, *v1.DecodeRequest) (*v1.DecodeResponse, error)
-	// CreateTag creates a segment tag: a named sequence in the segment table.
+	// CreateTag creates a segment tag: a named sequence in the segment table. A tag that was
+	// deleted can be created again; it then continues where the deleted one stopped (see
+	// CreateTagRequest.start), so no ID is ever issued twice.
 	CreateTag(context.Context, *v1.CreateTagRequest) (*v1.CreateTagResponse, error)
 	// ListTags lists every segment tag with this instance's buffer state for it.
 	ListTags(context.Context, *v1.ListTagsRequest) (*v1.ListTagsResponse, error)
+	// UpdateTag changes a segment tag's step or description. A new step applies from the next
+	// segment any instance reserves; segments already reserved (an instance's current and next
+	// buffers) are handed out as they are.
+	UpdateTag(context.Context, *v1.UpdateTagRequest) (*v1.UpdateTagResponse, error)
+	// DeleteTag deletes a segment tag: Next and ListTags no longer know it. The store keeps its
+	// max_id as a tombstone, so a later CreateTag of the same name starts at or above it and
+	// never issues an ID twice. This instance drops its buffered segments of the tag at once;
+	// other instances hand out what they have already reserved (IDs below the tombstone, so
+	// still unique) and then answer not_found.
+	DeleteTag(context.Context, *v1.DeleteTagRequest) (*v1.DeleteTagResponse, error)
 }
 
 // NewIdServiceClient constructs a client for the coordkit.idgen.v1.IdService service. By default,
@@ -94,6 +112,18 @@ func NewIdServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...c
 			connect.WithSchema(idServiceMethods.ByName("ListTags")),
 			connect.WithClientOptions(opts...),
 		),
+		updateTag: connect.NewClient[v1.UpdateTagRequest, v1.UpdateTagResponse](
+			httpClient,
+			baseURL+IdServiceUpdateTagProcedure,
+			connect.WithSchema(idServiceMethods.ByName("UpdateTag")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteTag: connect.NewClient[v1.DeleteTagRequest, v1.DeleteTagResponse](
+			httpClient,
+			baseURL+IdServiceDeleteTagProcedure,
+			connect.WithSchema(idServiceMethods.ByName("DeleteTag")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -103,6 +133,8 @@ type idServiceClient struct {
 	decode    *connect.Client[v1.DecodeRequest, v1.DecodeResponse]
 	createTag *connect.Client[v1.CreateTagRequest, v1.CreateTagResponse]
 	listTags  *connect.Client[v1.ListTagsRequest, v1.ListTagsResponse]
+	updateTag *connect.Client[v1.UpdateTagRequest, v1.UpdateTagResponse]
+	deleteTag *connect.Client[v1.DeleteTagRequest, v1.DeleteTagResponse]
 }
 
 // Next calls coordkit.idgen.v1.IdService.Next.
@@ -141,6 +173,24 @@ func (c *idServiceClient) ListTags(ctx context.Context, req *v1.ListTagsRequest)
 	return nil, err
 }
 
+// UpdateTag calls coordkit.idgen.v1.IdService.UpdateTag.
+func (c *idServiceClient) UpdateTag(ctx context.Context, req *v1.UpdateTagRequest) (*v1.UpdateTagResponse, error) {
+	response, err := c.updateTag.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// DeleteTag calls coordkit.idgen.v1.IdService.DeleteTag.
+func (c *idServiceClient) DeleteTag(ctx context.Context, req *v1.DeleteTagRequest) (*v1.DeleteTagResponse, error) {
+	response, err := c.deleteTag.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // IdServiceHandler is an implementation of the coordkit.idgen.v1.IdService service.
 type IdServiceHandler interface {
 	// Next returns count IDs of one mode. Numeric IDs of one call strictly increase; they come
@@ -148,11 +198,25 @@ type IdServiceHandler interface {
 	// holds enough.
 	Next(context.Context, *v1.NextRequest) (*v1.NextResponse, error)
 	// Decode explains a snowflake ID: when it was issued, by which worker id, at which sequence.
+	// Only snowflake IDs carry a time and a worker: segment and Redis IDs are plain counters,
+	// and a UUID is not a number at all.
 	Decode(context.Context, *v1.DecodeRequest) (*v1.DecodeResponse, error)
-	// CreateTag creates a segment tag: a named sequence in the segment table.
+	// CreateTag creates a segment tag: a named sequence in the segment table. A tag that was
+	// deleted can be created again; it then continues where the deleted one stopped (see
+	// CreateTagRequest.start), so no ID is ever issued twice.
 	CreateTag(context.Context, *v1.CreateTagRequest) (*v1.CreateTagResponse, error)
 	// ListTags lists every segment tag with this instance's buffer state for it.
 	ListTags(context.Context, *v1.ListTagsRequest) (*v1.ListTagsResponse, error)
+	// UpdateTag changes a segment tag's step or description. A new step applies from the next
+	// segment any instance reserves; segments already reserved (an instance's current and next
+	// buffers) are handed out as they are.
+	UpdateTag(context.Context, *v1.UpdateTagRequest) (*v1.UpdateTagResponse, error)
+	// DeleteTag deletes a segment tag: Next and ListTags no longer know it. The store keeps its
+	// max_id as a tombstone, so a later CreateTag of the same name starts at or above it and
+	// never issues an ID twice. This instance drops its buffered segments of the tag at once;
+	// other instances hand out what they have already reserved (IDs below the tombstone, so
+	// still unique) and then answer not_found.
+	DeleteTag(context.Context, *v1.DeleteTagRequest) (*v1.DeleteTagResponse, error)
 }
 
 // NewIdServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -186,6 +250,18 @@ func NewIdServiceHandler(svc IdServiceHandler, opts ...connect.HandlerOption) (s
 		connect.WithSchema(idServiceMethods.ByName("ListTags")),
 		connect.WithHandlerOptions(opts...),
 	)
+	idServiceUpdateTagHandler := connect.NewUnaryHandlerSimple(
+		IdServiceUpdateTagProcedure,
+		svc.UpdateTag,
+		connect.WithSchema(idServiceMethods.ByName("UpdateTag")),
+		connect.WithHandlerOptions(opts...),
+	)
+	idServiceDeleteTagHandler := connect.NewUnaryHandlerSimple(
+		IdServiceDeleteTagProcedure,
+		svc.DeleteTag,
+		connect.WithSchema(idServiceMethods.ByName("DeleteTag")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/coordkit.idgen.v1.IdService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case IdServiceNextProcedure:
@@ -196,6 +272,10 @@ func NewIdServiceHandler(svc IdServiceHandler, opts ...connect.HandlerOption) (s
 			idServiceCreateTagHandler.ServeHTTP(w, r)
 		case IdServiceListTagsProcedure:
 			idServiceListTagsHandler.ServeHTTP(w, r)
+		case IdServiceUpdateTagProcedure:
+			idServiceUpdateTagHandler.ServeHTTP(w, r)
+		case IdServiceDeleteTagProcedure:
+			idServiceDeleteTagHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -219,4 +299,12 @@ func (UnimplementedIdServiceHandler) CreateTag(context.Context, *v1.CreateTagReq
 
 func (UnimplementedIdServiceHandler) ListTags(context.Context, *v1.ListTagsRequest) (*v1.ListTagsResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.idgen.v1.IdService.ListTags is not implemented"))
+}
+
+func (UnimplementedIdServiceHandler) UpdateTag(context.Context, *v1.UpdateTagRequest) (*v1.UpdateTagResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.idgen.v1.IdService.UpdateTag is not implemented"))
+}
+
+func (UnimplementedIdServiceHandler) DeleteTag(context.Context, *v1.DeleteTagRequest) (*v1.DeleteTagResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.idgen.v1.IdService.DeleteTag is not implemented"))
 }

@@ -1,0 +1,52 @@
+package taskpick_test
+
+import (
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/coordkit/coordkit/libs/testenv"
+)
+
+// TestHostileInput sends the task service what curl users and attackers send as JSON:
+// durations in Go syntax ("1m"), enum names and numbers that do not exist, megabyte values,
+// invalid UTF-8, unknown fields, bad nested tasks. Every answer must be invalid_argument, name
+// the field first, and stay short.
+func TestHostileInput(t *testing.T) {
+	t.Parallel()
+	inst := startInstance(t, "sqlite", sqliteStore(t)(t), nil)
+	const svc = "/coordkit.taskpick.v1.TaskPickService/"
+	mega := strings.Repeat("p", 1<<20-128)
+	bad := connect.CodeInvalidArgument
+	hostile := func(name, proc, body string, code connect.Code, field string) testenv.Hostile {
+		return testenv.Hostile{Name: name, Procedure: proc, Body: body, Code: code, Field: field}
+	}
+	testenv.RunHostile(t, inst.url, []testenv.Hostile{
+		hostile("pick ttl 1m", svc+"Pick", `{"pool":"p","ttl":"1m"}`, bad, "ttl"),
+		hostile("pick wait 1m", svc+"Pick", `{"pool":"p","wait":"1m"}`, bad, "wait"),
+		hostile("pick wait 2h", svc+"Pick", `{"pool":"p","wait":"7200s"}`, bad, "wait"),
+		hostile("pick order name", svc+"Pick", `{"pool":"p","order":"ORDER_BOGUS"}`, bad, "order"),
+		hostile("pick order number", svc+"Pick", `{"pool":"p","order":42}`, bad, "order"),
+		hostile("pick count text", svc+"Pick", `{"pool":"p","count":"x"}`, bad, "count"),
+		hostile("pick count over limit", svc+"Pick", `{"pool":"p","count":101}`, bad, "count"),
+		hostile("pick pool 1 MB", svc+"Pick", `{"pool":"`+mega+`"}`, bad, "pool"),
+		hostile("pick pool invalid UTF-8", svc+"Pick", "{\"pool\":\"\xff\xff\"}", bad, "pool"),
+		hostile("pick unknown field", svc+"Pick", `{"pool":"p","limit":5}`, bad, "limit"),
+		hostile("put run_at text", svc+"Put", `{"pool":"p","tasks":[{"id":"a"},{"id":"b","runAt":"tomorrow"}]}`, bad, "tasks[1].run_at"),
+		hostile("put id 1 MB", svc+"Put", `{"pool":"p","tasks":[{"id":"`+mega+`"}]}`, bad, "tasks[0].id"),
+		hostile("put id invalid UTF-8", svc+"Put", "{\"pool\":\"p\",\"tasks\":[{\"id\":\"\xc0\xaf\"}]}", bad, "tasks[0].id"),
+		hostile("put payload not base64", svc+"Put", `{"pool":"p","tasks":[{"id":"a","payload":"%%%"}]}`, bad, "tasks[0].payload"),
+		hostile("put task unknown field", svc+"Put", `{"pool":"p","tasks":[{"id":"a","delay":"5s"}]}`, bad, "tasks[0].delay"),
+		hostile("put tasks not a list", svc+"Put", `{"pool":"p","tasks":"a,b"}`, bad, "tasks"),
+		hostile("put no tasks", svc+"Put", `{"pool":"p"}`, bad, "tasks"),
+		hostile("put max_attempts negative", svc+"Put", `{"pool":"p","tasks":[{"id":"a","max_attempts":-1}]}`, bad, "tasks[0].max_attempts"),
+		hostile("nack retry_after 1m", svc+"Nack", `{"pool":"p","id":"a","lease_token":"1","retry_after":"1m"}`, bad, "retry_after"),
+		hostile("nack token text", svc+"Nack", `{"pool":"p","id":"a","lease_token":"abc"}`, bad, "lease_token"),
+		hostile("ack token 0", svc+"Ack", `{"pool":"p","id":"a","lease_token":0}`, bad, "lease_token"),
+		hostile("extend ttl 1m", svc+"Extend", `{"pool":"p","id":"a","lease_token":"1","ttl":"1m"}`, bad, "ttl"),
+		hostile("get id 1 MB", svc+"Get", `{"pool":"p","id":"`+mega+`"}`, bad, "id"),
+		hostile("requeue ids not strings", svc+"Requeue", `{"pool":"p","ids":[1,2]}`, bad, "ids[0]"),
+		hostile("body not JSON", svc+"Pick", `pool=p`, bad, "request body"),
+	})
+}
