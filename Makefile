@@ -5,11 +5,26 @@ MODULES := proto libs services/lock services/idgen services/taskpick cmd/coord
 PKGS    := github.com/coordkit/coordkit/...
 BUF     := GOWORK=off go tool -modfile=../tools/go.mod buf
 
-.PHONY: run test backends lint generate check-generated vet standalone bench-lock bench-id bench-contend bench-task
+.PHONY: run build wait-ready test backends lint generate check-generated vet standalone bench-lock bench-id bench-contend bench-task
 
-## run: start coordkit with the embedded defaults (SQLite in ./coordkit-data), nothing to install
-run:
-	go run ./cmd/coord serve
+## run: build bin/coord, then start coordkit with the embedded defaults (SQLite in ./coordkit-data), nothing to install
+run: build
+	bin/coord serve $(ARGS)
+
+## build: compile bin/coord (the first build downloads and compiles the dependencies: a minute or two)
+build:
+	@echo "building bin/coord (the first build takes a minute or two)..." >&2
+	go build -o bin/coord ./cmd/coord
+
+## wait-ready: wait until the server at ADDR (default 127.0.0.1:8080) answers /readyz, up to 5 minutes (a first build)
+ADDR ?= 127.0.0.1:8080
+wait-ready:
+	@echo "waiting for http://$(ADDR)/readyz ..." >&2; \
+	for i in $$(seq 600); do \
+		if curl -fsS -o /dev/null "http://$(ADDR)/readyz" 2>/dev/null; then echo "ready: http://$(ADDR)" >&2; exit 0; fi; \
+		sleep 0.5; \
+	done; \
+	echo "not ready after 5 minutes: see the output of make run" >&2; curl -sS "http://$(ADDR)/readyz" >&2; exit 1
 
 ## test: start the real dev backends, then lint, check generated code, vet and run every test with -race
 test: backends lint check-generated vet standalone

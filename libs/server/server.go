@@ -1,6 +1,8 @@
 // Package server is the one bootstrap every coordkit service runs on: Connect handlers on one
-// mux, served over HTTP/1.1 and cleartext HTTP/2 (h2c) on one port, with gRPC health,
-// reflection, Prometheus metrics, structured logs and graceful shutdown.
+// mux, served over HTTP/1.1 and HTTP/2 (cleartext h2c, or TLS with optional client
+// certificates) on one port, with bearer-token authentication, gRPC health and /readyz from
+// the backends, reflection, Prometheus metrics, structured logs, request limits and graceful
+// shutdown.
 package server
 
 import (
@@ -35,8 +37,26 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ShutdownTimeout bounds the graceful drain after the serve context ends; default 15s.
 	ShutdownTimeout time.Duration
-	// MaxRequestBytes caps a request message; default 1 MiB.
+	// MaxRequestBytes caps a request message, after decompression (a compressed message
+	// stops inflating there) and before (the request body); default 1 MiB.
 	MaxRequestBytes int
+	// BodyTimeout bounds how long a request body may take to arrive after its headers;
+	// default 10s. It ends at the body's end, so it never cuts a long server-side wait or a
+	// server stream.
+	BodyTimeout time.Duration
+	// MaxConns caps the connections open at once (more wait in the kernel's backlog);
+	// default from the file-descriptor limit, so clients cannot take every descriptor;
+	// negative means no cap.
+	MaxConns int
+	// TLS serves HTTPS (HTTP/2 and HTTP/1.1 by ALPN, no h2c) with these files; nil serves
+	// cleartext HTTP/1.1 and h2c.
+	TLS *TLS
+	// Tokens, when set, is the set of bearer tokens every RPC but gRPC health needs (see
+	// Exempt).
+	Tokens *Tokens
+	// HealthCacheTTL is how long a service's backend checks are reused by health probes;
+	// default 1s.
+	HealthCacheTTL time.Duration
 	// CompressMinBytes is the smallest response gzipped for clients that accept it; 0 means
 	// never. Off by default: on the LAN these services run on, gzip costs more CPU than it
 	// saves (it halved batch ID throughput in `coord bench id`, and was a quarter of the lock
@@ -63,6 +83,15 @@ func (c Config) withDefaults() Config {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 1 << 20
 	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = 10 * time.Second
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = defaultMaxConns()
+	}
+	if c.HealthCacheTTL == 0 {
+		c.HealthCacheTTL = time.Second
+	}
 	return c
 }
 
@@ -77,15 +106,19 @@ type Server struct {
 	mux      *http.ServeMux
 	registry *prometheus.Registry
 	rpc      *rpcMetrics
+	bodies   *bodyLimits
 
 	mu       sync.Mutex
-	names    []string
+	mounts   []Mount
+	handler  http.Handler // set by the first Handler call; no Mount after
 	finished bool
 }
 
 // New returns a server with its metrics registry and interceptors ready.
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
+	// Every line logged with a request's context names the caller that authenticated it.
+	cfg.Logger = slog.New(callerHandler{cfg.Logger.Handler()})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Server{
@@ -93,6 +126,7 @@ func New(cfg Config) *Server {
 		mux:      http.NewServeMux(),
 		registry: reg,
 		rpc:      newRPCMetrics(reg),
+		bodies:   &bodyLimits{maxBytes: int64(cfg.MaxRequestBytes) + bodySlack, timeout: cfg.BodyTimeout},
 	}
 }
 
@@ -102,13 +136,21 @@ func (s *Server) Logger() *slog.Logger { return s.cfg.Logger }
 // Registry is where services register their own Prometheus collectors; /metrics serves it.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
-// HandlerOptions returns the options every service handler must be built with: metrics and
-// logging interceptors (which see every error as the Connect error the client gets), panic
-// recovery and the request size limit.
+// HandlerOptions returns the options every service handler must be built with:
+// authentication when Config.Tokens is set, metrics and logging interceptors (which see every
+// error as the Connect error the client gets), panic recovery, the request size limit and a
+// gzip that stops inflating at that limit.
 func (s *Server) HandlerOptions() []connect.HandlerOption {
+	interceptors := []connect.Interceptor{s.rpc, logInterceptor{log: s.cfg.Logger}, edgeErrors{}}
+	if s.cfg.Tokens != nil {
+		// First, so that the caller's name is in the context every other one logs with.
+		interceptors = append([]connect.Interceptor{authInterceptor{tokens: s.cfg.Tokens, log: s.cfg.Logger}}, interceptors...)
+	}
 	return []connect.HandlerOption{
-		connect.WithInterceptors(s.rpc, logInterceptor{log: s.cfg.Logger}, edgeErrors{}),
+		connect.WithInterceptors(interceptors...),
+		edgeCodecs(), // JSON decode errors name the field (jsoncodec.go); needs edgeErrors
 		connect.WithReadMaxBytes(s.cfg.MaxRequestBytes),
+		gzipOption(s.cfg.MaxRequestBytes),
 		connect.WithCompressMinBytes(s.compressMinBytes()),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			s.cfg.Logger.ErrorContext(ctx, "panic in handler", "procedure", spec.Procedure, "panic", fmt.Sprint(p))
@@ -125,32 +167,67 @@ func (s *Server) compressMinBytes() int {
 }
 
 // Handle mounts a Connect service as returned by its generated NewXServiceHandler, and lists
-// it for health checks and reflection. It panics when called after Handler, like a mux would
-// on a duplicate pattern: it is a programming error.
+// it for health checks (always SERVING) and reflection. It panics when called after Handler,
+// like a mux would on a duplicate pattern: it is a programming error.
 func (s *Server) Handle(path string, h http.Handler) {
+	s.Mount(Mount{Path: path, Handler: h})
+}
+
+// Mount mounts a service with its backend checks and startup summary. It panics when called
+// after Handler.
+func (s *Server) Mount(m Mount) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.finished {
-		panic("server: Handle called after Handler")
+		panic("server: Mount called after Handler")
 	}
-	s.names = append(s.names, strings.Trim(path, "/"))
-	s.mux.Handle(path, h)
+	if m.Name == "" {
+		m.Name = serviceName(m.Path)
+	}
+	s.mounts = append(s.mounts, m)
+	s.mux.Handle(m.Path, m.Handler)
 }
 
-// Handler returns the complete mux: the registered services plus gRPC health, reflection and
-// /metrics. After the first call no more services can be added.
+// serviceName is the fully qualified service name of a route prefix.
+func serviceName(path string) string { return strings.Trim(path, "/") }
+
+// Handler returns the complete handler: the mounted services plus gRPC health, reflection,
+// /metrics, /healthz and /readyz, behind the request body limits. After the first call no
+// more services can be mounted.
 func (s *Server) Handler() http.Handler {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.finished {
 		s.finished = true
-		s.mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(s.names...)))
-		reflector := grpcreflect.NewStaticReflector(s.names...)
-		s.mux.Handle(grpcreflect.NewHandlerV1(reflector))
-		s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+		names := make([]string, len(s.mounts))
+		for i, m := range s.mounts {
+			names[i] = serviceName(m.Path)
+		}
+		h := newHealth(s.cfg.HealthCacheTTL, s.mounts)
+		opts := s.HandlerOptions()
+		s.mux.Handle(grpchealth.NewHandler(h, opts...))
+		reflector := grpcreflect.NewStaticReflector(names...)
+		s.mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
+		s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 		s.mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+		s.mux.HandleFunc("GET /healthz", healthz)
+		s.mux.HandleFunc("GET /readyz", h.readyz)
+		s.handler = s.bodies.wrap(s.mux)
 	}
-	return s.mux
+	return s.handler
+}
+
+// Reload reads the TLS files and the tokens file again (as on SIGHUP). A file that fails to
+// load keeps the one in force; the errors are returned joined.
+func (s *Server) Reload() error {
+	var err error
+	if s.cfg.TLS != nil {
+		err = errors.Join(err, s.cfg.TLS.Reload())
+	}
+	if s.cfg.Tokens != nil {
+		err = errors.Join(err, s.cfg.Tokens.Reload())
+	}
+	return err
 }
 
 // ListenAndServe listens on Config.Addr and serves until ctx ends, then drains gracefully.
@@ -171,7 +248,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer stopRequests(nil)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	if s.cfg.TLS != nil {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		Protocols:         protocols,
@@ -180,9 +261,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
+	if s.cfg.MaxConns > 0 {
+		ln = newLimitListener(ln, s.cfg.MaxConns)
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	s.cfg.Logger.Info("serving", "addr", ln.Addr().String(), "services", s.names)
+	if s.cfg.TLS != nil {
+		hs.TLSConfig = s.cfg.TLS.Config()
+		go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- hs.Serve(ln) }()
+	}
+	s.cfg.Logger.Info("serving", s.startupLine(ln.Addr())...)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("server: %w", err)
@@ -190,13 +279,44 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.cfg.Logger.Info("shutting down", "drain_timeout", s.cfg.ShutdownTimeout)
 	stopRequests(ErrShutdown)
+	s.bodies.shutdown()
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close() //nolint:errcheck // already failing; the connections go either way
 		return fmt.Errorf("server: shutdown: %w", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("server: %w", err)
 	}
 	return nil
+}
+
+// startupLine is the one line logged when the server starts serving: where (the real
+// address, a port 0 resolved), how (scheme, client certificates, tokens) and each service
+// with its summary.
+func (s *Server) startupLine(addr net.Addr) []any {
+	scheme := "http"
+	if s.cfg.TLS != nil {
+		scheme = "https"
+	}
+	line := []any{"addr", addr.String(), "url", scheme + "://" + addr.String()}
+	if s.cfg.TLS != nil {
+		line = append(line, "mtls", s.cfg.TLS.MutualTLS())
+	}
+	if s.cfg.Tokens != nil {
+		line = append(line, "auth", "bearer", "tokens", s.cfg.Tokens.Len())
+	} else {
+		line = append(line, "auth", "none")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.mounts {
+		if len(m.Summary) == 0 {
+			line = append(line, slog.String(m.Name, "on"))
+			continue
+		}
+		line = append(line, slog.Group(m.Name, m.Summary...))
+	}
+	return line
 }

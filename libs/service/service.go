@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/libs/event"
+	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/sqldb"
 )
 
@@ -75,6 +76,14 @@ type Mounted struct {
 	Close func() error
 	// Summary is one line for the startup log, such as the enabled backends.
 	Summary []any
+	// Checks are cheap round trips to each backend the service uses, by backend name, for
+	// gRPC health and /readyz: the service is SERVING while every one answers.
+	Checks map[string]server.Check
+}
+
+// Mount is what the server mounts for m, named name.
+func (m *Mounted) Mount(name string) server.Mount {
+	return server.Mount{Name: name, Path: m.Path, Handler: m.Handler, Checks: m.Checks, Summary: m.Summary}
 }
 
 // Closers closes what was opened, last opened first; the zero value is ready to use.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
@@ -61,7 +62,7 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	default:
 		return nil, fmt.Errorf("idgen: --id-worker-leases %q: want %q or %q", cfg.WorkerLeases, LeasesSQL, LeasesRedis)
 	}
-	svc, err := OpenService(ctx, scfg)
+	svc, engines, err := openService(ctx, scfg)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +77,27 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	return &service.Mounted{
 		Path: path, Handler: h, Close: svc.Close,
 		Summary: []any{"id_store", store, "worker_leases", leases, "redis_incr", scfg.Redis != nil},
+		Checks:  checks(store, engines, scfg.Redis),
 	}, nil
+}
+
+// checks are the ID service's health checks: its SQL store answers (segments, and worker
+// leases on it), the snowflake worker id is leased (without it MODE_SNOWFLAKE fails), and
+// Redis answers when MODE_REDIS_INCR is on.
+func checks(store string, e opened, rdb redis.UniversalClient) map[string]server.Check {
+	out := map[string]server.Check{
+		store: func(ctx context.Context) error { return e.db.PingContext(ctx) },
+		"snowflake": func(context.Context) error {
+			if _, held := e.gen.Worker(); !held {
+				return errors.New("idgen: no snowflake worker id leased")
+			}
+			return nil
+		},
+	}
+	if rdb != nil {
+		out["redis"] = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	}
+	return out
 }
 
 // StoreConfig says where the engines keep their state. The zero value of every field but
@@ -119,11 +140,23 @@ type StoreConfig struct {
 // and returns the service. Close the service to release the worker id and close the stores
 // it opened.
 func OpenService(ctx context.Context, cfg StoreConfig) (*Service, error) {
+	s, _, err := openService(ctx, cfg)
+	return s, err
+}
+
+// opened is what the health checks of a service OpenService opened look at.
+type opened struct {
+	db  *sqldb.DB
+	gen *snowflake.Generator
+}
+
+// openService is OpenService, also returning what the health checks need.
+func openService(ctx context.Context, cfg StoreConfig) (*Service, opened, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	var closers service.Closers
-	fail := func(err error) (*Service, error) { return nil, closers.Fail(err) }
+	fail := func(err error) (*Service, opened, error) { return nil, opened{}, closers.Fail(err) }
 
 	db := cfg.DB
 	if db == nil {
@@ -180,5 +213,5 @@ func OpenService(ctx context.Context, cfg StoreConfig) (*Service, error) {
 	// The service closes what OpenService opened, in reverse: engines, then the lease, then
 	// the DB it opened itself.
 	s.closers = closers
-	return s, nil
+	return s, opened{db: db, gen: gen}, nil
 }
