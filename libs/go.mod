@@ -14,6 +14,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/spf13/pflag v1.0.10
 	google.golang.org/protobuf v1.36.12
 	modernc.org/sqlite v1.61.1
 )

@@ -1,25 +1,51 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
-	"io"
+	"github.com/spf13/cobra"
 )
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "lock":
-			return benchLock(ctx, args[1:], stdout, stderr)
-		case "id":
-			return benchID(ctx, args[1:], stdout, stderr)
-		case "contend":
-			return benchContend(ctx, args[1:], stdout, stderr)
-		case "task":
-			return benchTask(ctx, args[1:], stdout, stderr)
+// newBenchCmd builds `coord bench` and its subcommands.
+func newBenchCmd() *cobra.Command {
+	c := newGroupCmd("bench", "measure coordkit against peer libraries")
+	c.Long = `Measure coordkit against the libraries people use instead, on the real backends. Each command
+prints a table, or JSON with --json; the report has the numbers of every run.`
+
+	lock := &cobra.Command{Use: "lock", Short: "acquire+release pairs/s and latency of the lock service, against go-redsync", Args: argsExactly()}
+	lockCfg := benchLockFlags(lock.Flags())
+	lock.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := lockCfg()
+		if err != nil {
+			return usageErr(cmd, err)
 		}
+		return benchLock(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	}
-	fmt.Fprintln(stderr, "usage: coord bench lock|id|contend|task [flags]")
-	return flag.ErrHelp
+
+	id := &cobra.Command{Use: "id", Short: "the ID service against bwmarrin/snowflake and google/uuid", Args: argsExactly()}
+	idCfg := benchIDFlags(id.Flags())
+	id.RunE = func(cmd *cobra.Command, _ []string) error {
+		return benchID(cmd.Context(), *idCfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
+
+	contend := &cobra.Command{Use: "contend", Short: "one hot key over two instances: handoffs, waits, fairness, against go-redsync", Args: argsExactly()}
+	contendCfg := benchContendFlags(contend.Flags())
+	contend.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := contendCfg()
+		if err != nil {
+			return usageErr(cmd, err)
+		}
+		return benchContend(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
+
+	task := &cobra.Command{Use: "task", Short: "the task-pick service against hibiken/asynq", Args: argsExactly()}
+	taskCfg := benchTaskFlags(task.Flags())
+	task.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := taskCfg()
+		if err != nil {
+			return usageErr(cmd, err)
+		}
+		return benchTask(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
+
+	c.AddCommand(lock, id, contend, task)
+	return c
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,10 +20,10 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	goredsync "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
-	"github.com/coordkit/coordkit/libs/config"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
@@ -82,11 +81,9 @@ func contendBackend(target string) (plain, backend string, fair bool) {
 	return plain, strings.TrimPrefix(plain, "service/"), fair
 }
 
-// parseContendFlags parses and checks the flags of `coord bench contend`.
-func parseContendFlags(args []string, stderr io.Writer) (contendConfig, error) {
-	fs := flag.NewFlagSet("bench contend", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = config.Usage(fs, "coord bench contend [flags]")
+// benchContendFlags adds the flags of `coord bench contend` to fs and returns the function
+// that checks them, after parsing, into a config.
+func benchContendFlags(fs *pflag.FlagSet) func() (contendConfig, error) {
 	var cfg contendConfig
 	targets := fs.String("targets", strings.Join(contendTargets(), ","), "comma-separated targets to measure; by default those whose backend answers")
 	fs.IntVar(&cfg.clients, "clients", 16, "clients contending for the one key")
@@ -100,15 +97,16 @@ func parseContendFlags(args []string, stderr io.Writer) (contendConfig, error) {
 	zkAddrs := fs.String("zk-addrs", "127.0.0.1:2181", "ZooKeeper for service/zookeeper")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB for service/mysql")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
-	if err := config.Parse(fs, args); err != nil {
-		return cfg, err
+	return func() (contendConfig, error) {
+		cfg.explicit = fs.Changed("targets")
+		return cfg.check(*targets, *redlockAddrs, *zkAddrs)
 	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("bench contend: unexpected arguments %q", fs.Args())
-	}
-	fs.Visit(func(f *flag.Flag) { cfg.explicit = cfg.explicit || f.Name == "targets" })
-	cfg.redlock, cfg.zkAddrs = splitList(*redlockAddrs), splitList(*zkAddrs)
-	for item := range strings.SplitSeq(*targets, ",") {
+}
+
+// check completes cfg with the list flags and checks it.
+func (cfg contendConfig) check(targets, redlockAddrs, zkAddrs string) (contendConfig, error) {
+	cfg.redlock, cfg.zkAddrs = splitList(redlockAddrs), splitList(zkAddrs)
+	for item := range strings.SplitSeq(targets, ",") {
 		name := strings.TrimSpace(item)
 		if !slices.Contains(contendTargets(), name) {
 			return cfg, fmt.Errorf("bench contend: --targets: unknown target %q (known: %s)", name, strings.Join(contendTargets(), ", "))
@@ -139,11 +137,7 @@ func parseContendFlags(args []string, stderr io.Writer) (contendConfig, error) {
 // target one after another (a …/fair target acquires in fair mode), and it prints handoffs/s,
 // the wait to get the lock, how evenly the clients were served, errors and any breach of
 // mutual exclusion, next to go-redsync polling the same Redis.
-func benchContend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseContendFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+func benchContend(ctx context.Context, cfg contendConfig, stdout, stderr io.Writer) error {
 	logger, err := newLogger(stderr, "warn", "text")
 	if err != nil {
 		return err
@@ -285,7 +279,7 @@ func startContendInstance(startCtx, ctx context.Context, args []string, logger *
 	if err != nil {
 		return "", nil, err
 	}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var scfg serveConfig
 	scfg.register(fs) // `coord serve`'s defaults for every flag not in args

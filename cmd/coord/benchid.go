@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,9 +20,9 @@ import (
 	bwsnowflake "github.com/bwmarrin/snowflake"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 
 	"github.com/coordkit/coordkit/libs/client"
-	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
@@ -60,13 +59,8 @@ type idRunResult struct {
 	IDsPerSec float64 `json:"ids_per_sec"`
 }
 
-// benchID implements `coord bench id`: ns/op of the in-process generators next to
-// bwmarrin/snowflake and google/uuid, then IDs/s and latency through the service for single
-// IDs and batches, per mode.
-func benchID(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench id", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = config.Usage(fs, "coord bench id [flags]")
+// benchIDFlags adds the flags of `coord bench id` to fs and returns the config they fill.
+func benchIDFlags(fs *pflag.FlagSet) *benchIDConfig {
 	var cfg benchIDConfig
 	fs.IntVar(&cfg.clients, "clients", 16, "concurrent clients of each service run")
 	fs.IntVar(&cfg.batch, "batch", 1000, "IDs per call of the batch runs (1 to 10000)")
@@ -76,9 +70,13 @@ func benchID(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis of the in-process service's redis-incr mode; empty skips that mode")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB of the in-process service's segments and leases; empty uses SQLite")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of tables")
-	if err := config.Parse(fs, args); err != nil {
-		return err
-	}
+	return &cfg
+}
+
+// benchID implements `coord bench id`: ns/op of the in-process generators next to
+// bwmarrin/snowflake and google/uuid, then IDs/s and latency through the service for single
+// IDs and batches, per mode.
+func benchID(ctx context.Context, cfg benchIDConfig, stdout, stderr io.Writer) error {
 	if cfg.clients < 1 || cfg.batch < 1 || cfg.batch > idgen.MaxCount || cfg.duration <= 0 {
 		return fmt.Errorf("bench: --clients and --duration must be positive and --batch within [1, %d]", idgen.MaxCount)
 	}
@@ -240,13 +238,21 @@ func openIDService(ctx context.Context, cfg benchIDConfig) (string, []idgenv1.Mo
 }
 
 // runIDService measures every mode with single IDs and with batches, one run at a time.
-func runIDService(ctx context.Context, cfg benchIDConfig, url string, modes []idgenv1.Mode, stderr io.Writer) ([]idRunResult, error) {
+func runIDService(ctx context.Context, cfg benchIDConfig, url string, modes []idgenv1.Mode, stderr io.Writer) (out []idRunResult, err error) {
 	c := idgenv1connect.NewIdServiceClient(client.DefaultHTTPClient(), url)
 	tag := "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	if _, err := c.CreateTag(ctx, &idgenv1.CreateTagRequest{Tag: tag, Step: 1000}); err != nil {
 		return nil, fmt.Errorf("bench: create segment tag: %w", err)
 	}
-	var out []idRunResult
+	// The tag is the benchmark's own: delete it even when the run was interrupted, so a
+	// --server run leaves no tag behind (only its tombstone, which ListTags does not show).
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, derr := c.DeleteTag(dctx, &idgenv1.DeleteTagRequest{Tag: tag}); derr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: delete segment tag %s: %w", tag, derr))
+		}
+	}()
 	for _, m := range modes {
 		for _, count := range []int{1, cfg.batch} {
 			req := &idgenv1.NextRequest{Mode: m, Count: uint32(count)}

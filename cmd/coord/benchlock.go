@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,10 +20,10 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	goredsync "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
-	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/service"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
@@ -77,11 +76,9 @@ func allTargets() []string {
 	}
 }
 
-// parseBenchFlags parses and checks the flags of `coord bench lock`.
-func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
-	fs := flag.NewFlagSet("bench lock", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = config.Usage(fs, "coord bench lock [flags]")
+// benchLockFlags adds the flags of `coord bench lock` to fs and returns the function that
+// checks them, after parsing, into a config.
+func benchLockFlags(fs *pflag.FlagSet) func() (benchConfig, error) {
 	var cfg benchConfig
 	clients := fs.String("clients", "1,16,64", "comma-separated numbers of concurrent clients, one run each")
 	targets := fs.String("targets", strings.Join(allTargets(), ","), "comma-separated targets to measure")
@@ -95,18 +92,17 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 	fs.StringVar(&cfg.dataDir, "data-dir", "", "SQLite directory of the in-process service; empty means a temporary one")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
-	if err := config.Parse(fs, args); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
-	}
-	cfg.redlock, cfg.zkAddrs = splitList(*redlockAddrs), splitList(*zkAddrs)
+	return func() (benchConfig, error) { return cfg.check(*clients, *targets, *redlockAddrs, *zkAddrs) }
+}
+
+// check completes cfg with the list flags and checks it.
+func (cfg benchConfig) check(clients, targets, redlockAddrs, zkAddrs string) (benchConfig, error) {
+	cfg.redlock, cfg.zkAddrs = splitList(redlockAddrs), splitList(zkAddrs)
 	var err error
-	if cfg.clients, err = parseClients(*clients); err != nil {
+	if cfg.clients, err = parseClients(clients); err != nil {
 		return cfg, err
 	}
-	if cfg.targets, err = parseTargets(*targets); err != nil {
+	if cfg.targets, err = parseTargets(targets); err != nil {
 		return cfg, err
 	}
 	if cfg.duration <= 0 {
@@ -149,11 +145,7 @@ func parseTargets(s string) ([]string, error) {
 // benchLock implements `coord bench lock`: it measures acquire+release pairs per second and
 // the latency of one pair on every selected target at every client count, one run at a
 // time, and prints a table (or JSON) with the service-to-redsync throughput ratios.
-func benchLock(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseBenchFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+func benchLock(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) error {
 	pairs, closeTargets, err := openTargets(ctx, cfg)
 	if err != nil {
 		return err

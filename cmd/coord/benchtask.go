@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,10 +22,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
-	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
@@ -77,11 +76,7 @@ type taskResult struct {
 // loopback port, where the workers pick (count at a time) and ack N no-op tasks put
 // beforehand, and the SDK's Work does the same; then hibiken/asynq on the same Redis as the
 // peer. It prints tasks/s, the ratio to asynq and the latency of a Pick.
-func benchTask(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseTaskBenchFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+func benchTask(ctx context.Context, cfg taskBenchConfig, stdout, stderr io.Writer) error {
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
 	var results []taskResult
 	var errs []error
@@ -115,11 +110,9 @@ func benchTask(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return errors.Join(errs...)
 }
 
-// parseTaskBenchFlags parses and checks the flags of `coord bench task`.
-func parseTaskBenchFlags(args []string, stderr io.Writer) (taskBenchConfig, error) {
-	fs := flag.NewFlagSet("bench task", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = config.Usage(fs, "coord bench task [flags]")
+// benchTaskFlags adds the flags of `coord bench task` to fs and returns the function that
+// checks them, after parsing, into a config.
+func benchTaskFlags(fs *pflag.FlagSet) func() (taskBenchConfig, error) {
 	var cfg taskBenchConfig
 	fs.IntVar(&cfg.tasks, "tasks", 20000, "no-op tasks per run")
 	fs.IntVar(&cfg.workers, "workers", 16, "concurrent workers (goroutines picking and acking; asynq's concurrency)")
@@ -132,23 +125,22 @@ func parseTaskBenchFlags(args []string, stderr io.Writer) (taskBenchConfig, erro
 	fs.IntVar(&cfg.asynqDB, "asynq-db", 15, "Redis database number asynq runs in: it is FLUSHED before and after")
 	fs.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "longest a run may take")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
-	if err := config.Parse(fs, args); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
-	}
+	return func() (taskBenchConfig, error) { return cfg.check(*counts, *backends) }
+}
+
+// check completes cfg with the list flags and checks it.
+func (cfg taskBenchConfig) check(counts, backends string) (taskBenchConfig, error) {
 	if cfg.tasks < 1 || cfg.workers < 1 || cfg.timeout <= 0 {
 		return cfg, errors.New("bench: --tasks, --workers and --timeout must be positive")
 	}
 	var err error
-	if cfg.counts, err = parseClients(*counts); err != nil {
+	if cfg.counts, err = parseClients(counts); err != nil {
 		return cfg, fmt.Errorf("bench: --counts: %w", err)
 	}
 	if slices.Max(cfg.counts) > taskpick.MaxPickCount {
 		return cfg, fmt.Errorf("bench: --counts: at most %d tasks per Pick", taskpick.MaxPickCount)
 	}
-	for _, b := range splitList(*backends) {
+	for _, b := range splitList(backends) {
 		if !slices.Contains(taskBenchBackends, b) {
 			return cfg, fmt.Errorf("bench: --backends: unknown backend %q (known: %s)", b, strings.Join(taskBenchBackends, ", "))
 		}

@@ -2,31 +2,19 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
+	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/coordkit/coordkit/libs/client"
-	"github.com/coordkit/coordkit/libs/config"
 	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 )
-
-const idUsage = `usage:
-  coord id next [--mode snowflake] [--tag TAG] [--count 1] [flags]
-  coord id decode ID [flags]
-  coord id tags [flags]
-  coord id create-tag TAG [--start 1] [--step 1000] [--description TEXT] [flags]
-
-Modes: uuid-v4, uuid-v7, snowflake, segment (tag created with create-tag), redis-incr (any tag).
-Common flags: --server URL, --json, --timeout D.
-`
 
 // modeNames maps the CLI's mode names to the API's.
 var modeNames = map[string]idgenv1.Mode{
@@ -48,109 +36,166 @@ func parseMode(s string) (idgenv1.Mode, error) {
 	return 0, fmt.Errorf("--mode: unknown mode %q (uuid-v4, uuid-v7, snowflake, segment, redis-incr)", s)
 }
 
-func runID(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, idUsage)
-		return flag.ErrHelp
-	}
-	verb := args[0]
-	fs := flag.NewFlagSet("id "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	serverURL := fs.String("server", "http://127.0.0.1:8080", "base URL of a coordkit service")
-	asJSON := fs.Bool("json", false, "print the response as JSON")
-	timeout := fs.Duration("timeout", 10*time.Second, "deadline for the call")
-	mode := fs.String("mode", "snowflake", "next: uuid-v4, uuid-v7, snowflake, segment or redis-incr")
-	tag := fs.String("tag", "", "next: the tag of segment and redis-incr")
-	count := fs.Uint("count", 1, "next: how many IDs, 1 to 10000")
-	start := fs.Int64("start", 1, "create-tag: the first ID")
-	step := fs.Int64("step", 1000, "create-tag: the configured segment size")
-	description := fs.String("description", "", "create-tag: a note for operators")
+// newIDCmd builds `coord id` and its subcommands.
+func newIDCmd() *cobra.Command {
+	cf := &clientFlags{}
+	c := newGroupCmd("id", "call the ID service: next, decode, tags, create-tag, update-tag, delete-tag",
+		newIDNextCmd(cf), newIDDecodeCmd(cf), newIDTagsCmd(cf), newIDCreateTagCmd(cf), newIDUpdateTagCmd(cf), newIDDeleteTagCmd(cf))
+	c.Long = `Call the ID service.
 
-	var positional string
-	switch verb {
-	case "decode", "create-tag":
-		fs.Usage = config.Usage(fs, "coord id "+verb+" ARG [flags]")
-		p, err := parseWithKey(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		positional = p
-	case "next", "tags":
-		fs.Usage = config.Usage(fs, "coord id "+verb+" [flags]")
-		if err := config.Parse(fs, args[1:]); err != nil {
-			return err
-		}
-		if fs.NArg() > 0 {
-			return fmt.Errorf("id %s: unexpected arguments %q", verb, fs.Args())
-		}
-	default:
-		fmt.Fprint(stderr, idUsage)
-		return fmt.Errorf("unknown id command %q", verb)
+Modes: uuid-v4, uuid-v7, snowflake, segment (tag created with create-tag), redis-incr (any tag).`
+	cf.register(c, "")
+	return c
+}
+
+// idCall connects per the flags, bounds the call by --timeout, makes it, and prints the
+// response as JSON with --json or with human otherwise.
+func idCall[Res proto.Message](cmd *cobra.Command, cf *clientFlags, call func(context.Context, idgenv1connect.IdServiceClient) (Res, error), human func(io.Writer, Res)) error {
+	c, err := cf.client()
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := cf.callContext(cmd.Context(), 0)
 	defer cancel()
-	ids := idgenv1connect.NewIdServiceClient(client.DefaultHTTPClient(), *serverURL)
-
-	var res proto.Message
-	switch verb {
-	case "next":
-		m, err := parseMode(*mode)
-		if err != nil {
-			return err
-		}
-		if *count > 1<<32-1 {
-			return fmt.Errorf("--count: %d is too large", *count)
-		}
-		r, err := ids.Next(ctx, &idgenv1.NextRequest{Mode: m, Tag: *tag, Count: uint32(*count)})
-		if err != nil {
-			return err
-		}
-		res = r
-		if !*asJSON {
-			for _, id := range r.GetIds() {
-				fmt.Fprintln(stdout, id)
-			}
-		}
-	case "decode":
-		r, err := ids.Decode(ctx, &idgenv1.DecodeRequest{Id: positional})
-		if err != nil {
-			return err
-		}
-		res = r
-		if !*asJSON {
-			fmt.Fprintf(stdout, "snowflake %s\n", positional)
-			fmt.Fprintf(stdout, "  time       %s\n", r.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"))
-			fmt.Fprintf(stdout, "  worker id  %d\n", r.GetWorkerId())
-			fmt.Fprintf(stdout, "  sequence   %d\n", r.GetSequence())
-		}
-	case "tags":
-		r, err := ids.ListTags(ctx, &idgenv1.ListTagsRequest{})
-		if err != nil {
-			return err
-		}
-		res = r
-		if !*asJSON {
-			printTags(stdout, r.GetTags())
-		}
-	case "create-tag":
-		r, err := ids.CreateTag(ctx, &idgenv1.CreateTagRequest{Tag: positional, Start: *start, Step: *step, Description: *description})
-		if err != nil {
-			return err
-		}
-		res = r
-		if !*asJSON {
-			t := r.GetTag()
-			fmt.Fprintf(stdout, "created tag %s: first ID %d, step %d\n", t.GetTag(), t.GetMaxId(), t.GetStep())
-		}
+	r, err := call(ctx, c.IDs())
+	if err != nil {
+		return err
 	}
-	if *asJSON {
-		out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(res)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, string(out))
+	if cf.asJSON {
+		return printJSON(cmd.OutOrStdout(), r)
 	}
+	human(cmd.OutOrStdout(), r)
 	return nil
+}
+
+func newIDNextCmd(cf *clientFlags) *cobra.Command {
+	var mode, tag string
+	var count uint32
+	c := &cobra.Command{
+		Use:     "next",
+		Short:   "print new IDs, one per line",
+		Example: "  coord id next --mode uuid-v7\n  coord id next --mode segment --tag orders --count 100",
+		Args:    argsExactly(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := parseMode(mode)
+			if err != nil {
+				return usageErr(cmd, err)
+			}
+			return idCall(cmd, cf, func(ctx context.Context, ids idgenv1connect.IdServiceClient) (*idgenv1.NextResponse, error) {
+				return ids.Next(ctx, &idgenv1.NextRequest{Mode: m, Tag: tag, Count: count})
+			}, func(w io.Writer, r *idgenv1.NextResponse) {
+				for _, id := range r.GetIds() {
+					fmt.Fprintln(w, id)
+				}
+			})
+		},
+	}
+	c.Flags().StringVar(&mode, "mode", "snowflake", "uuid-v4, uuid-v7, snowflake, segment or redis-incr")
+	c.Flags().StringVar(&tag, "tag", "", "the tag of segment and redis-incr")
+	c.Flags().Uint32Var(&count, "count", 1, "how many IDs, 1 to 10000")
+	return c
+}
+
+func newIDDecodeCmd(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "decode ID",
+		Short: "show a snowflake ID's time, worker id and sequence",
+		Args:  argsExactly("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return idCall(cmd, cf, func(ctx context.Context, ids idgenv1connect.IdServiceClient) (*idgenv1.DecodeResponse, error) {
+				return ids.Decode(ctx, &idgenv1.DecodeRequest{Id: args[0]})
+			}, func(w io.Writer, r *idgenv1.DecodeResponse) {
+				fmt.Fprintf(w, "snowflake %s\n", args[0])
+				fmt.Fprintf(w, "  time       %s\n", r.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"))
+				fmt.Fprintf(w, "  worker id  %d\n", r.GetWorkerId())
+				fmt.Fprintf(w, "  sequence   %d\n", r.GetSequence())
+			})
+		},
+	}
+}
+
+func newIDTagsCmd(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "tags",
+		Short: "list the segment tags and this instance's buffers",
+		Args:  argsExactly(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return idCall(cmd, cf, func(ctx context.Context, ids idgenv1connect.IdServiceClient) (*idgenv1.ListTagsResponse, error) {
+				return ids.ListTags(ctx, &idgenv1.ListTagsRequest{})
+			}, func(w io.Writer, r *idgenv1.ListTagsResponse) { printTags(w, r.GetTags()) })
+		},
+	}
+}
+
+func newIDCreateTagCmd(cf *clientFlags) *cobra.Command {
+	var start, step int64
+	var description string
+	c := &cobra.Command{
+		Use:   "create-tag TAG",
+		Short: "create a segment tag",
+		Args:  argsExactly("TAG"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return idCall(cmd, cf, func(ctx context.Context, ids idgenv1connect.IdServiceClient) (*idgenv1.CreateTagResponse, error) {
+				return ids.CreateTag(ctx, &idgenv1.CreateTagRequest{Tag: args[0], Start: start, Step: step, Description: description})
+			}, func(w io.Writer, r *idgenv1.CreateTagResponse) {
+				t := r.GetTag()
+				fmt.Fprintf(w, "created tag %s: first ID %d, step %d\n", t.GetTag(), t.GetMaxId(), t.GetStep())
+			})
+		},
+	}
+	c.Flags().Int64Var(&start, "start", 1, "the first ID")
+	c.Flags().Int64Var(&step, "step", 1000, "the configured segment size")
+	c.Flags().StringVar(&description, "description", "", "a note for operators")
+	return c
+}
+
+func newIDUpdateTagCmd(cf *clientFlags) *cobra.Command {
+	var step int64
+	var description string
+	c := &cobra.Command{
+		Use:   "update-tag TAG [--step N] [--description TEXT]",
+		Short: "change a segment tag's step or description",
+		Long: `Change a segment tag's configured step (from each instance's next reservation on) or its
+description; a flag not given leaves that setting as it is.`,
+		Args: argsExactly("TAG"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &idgenv1.UpdateTagRequest{Tag: args[0]}
+			if cmd.Flags().Changed("step") {
+				req.Step = &step
+			}
+			if cmd.Flags().Changed("description") {
+				req.Description = &description
+			}
+			if req.Step == nil && req.Description == nil {
+				return usageErr(cmd, errors.New("update-tag wants --step or --description"))
+			}
+			return idCall(cmd, cf, func(ctx context.Context, ids idgenv1connect.IdServiceClient) (*idgenv1.UpdateTagResponse, error) {
+				return ids.UpdateTag(ctx, req)
+			}, func(w io.Writer, r *idgenv1.UpdateTagResponse) {
+				t := r.GetTag()
+				fmt.Fprintf(w, "updated tag %s: step %d, description %q\n", t.GetTag(), t.GetStep(), t.GetDescription())
+			})
+		},
+	}
+	c.Flags().Int64Var(&step, "step", 0, "the new configured segment size, 1 to 1000000")
+	c.Flags().StringVar(&description, "description", "", "the new note for operators; \"\" clears it")
+	return c
+}
+
+func newIDDeleteTagCmd(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete-tag TAG",
+		Short: "delete a segment tag",
+		Args:  argsExactly("TAG"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return idCall(cmd, cf, func(ctx context.Context, ids idgenv1connect.IdServiceClient) (*idgenv1.DeleteTagResponse, error) {
+				return ids.DeleteTag(ctx, &idgenv1.DeleteTagRequest{Tag: args[0]})
+			}, func(w io.Writer, r *idgenv1.DeleteTagResponse) {
+				t := r.GetTag()
+				fmt.Fprintf(w, "deleted tag %s (its max id was %d: create it again with --start above it to never repeat an ID)\n", t.GetTag(), t.GetMaxId())
+			})
+		},
+	}
 }
 
 // printTags prints one line per tag: the stored row, then this instance's buffer.

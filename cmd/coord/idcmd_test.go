@@ -76,12 +76,32 @@ func TestCLIIDRoundTrip(t *testing.T) {
 		t.Fatalf("tags --json: %v (%+v), want one tag with a current segment", err, listed)
 	}
 
+	// update-tag changes only what it is told; delete-tag removes the tag.
+	if out := id(t, "update-tag", tag, "--step", "20"); !strings.Contains(out, "step 20") || !strings.Contains(out, `"cli test"`) {
+		t.Fatalf("update-tag --step 20 printed %q, want step 20 and the description kept", out)
+	}
+	if out := id(t, "update-tag", tag, "--description", ""); !strings.Contains(out, `description ""`) || !strings.Contains(out, "step 20") {
+		t.Fatalf("update-tag --description '' printed %q, want it cleared and the step kept", out)
+	}
+	if r := cli(t, "id", "update-tag", tag, "--server", url); r.code != exitUsage {
+		t.Fatalf("update-tag with nothing to change = exit %d, want 2", r.code)
+	}
+	other := tag + "-del"
+	id(t, "create-tag", other)
+	if out := id(t, "delete-tag", other); !strings.Contains(out, "deleted tag "+other) {
+		t.Fatalf("delete-tag printed %q", out)
+	}
+	if out := id(t, "tags"); strings.Contains(out, other) {
+		t.Fatalf("tags after delete-tag still lists %s:\n%s", other, out)
+	}
+
 	// Bad input fails with the field named, and exits non-zero.
 	for _, args := range [][]string{
 		{"next", "--mode", "segment", "--tag", "no-such-tag"},
 		{"next", "--mode", "snowflake", "--count", "0"},
 		{"decode", "1234"},
 		{"create-tag", tag},
+		{"delete-tag", tag + "-never"},
 	} {
 		out, err := coord(t, append(append([]string{"id"}, args...), "--server", url)...)
 		if err == nil {

@@ -3,163 +3,190 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
+	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
-	"github.com/coordkit/coordkit/libs/config"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
-const lockUsage = `usage:
-  coord lock acquire KEY [--ttl 30s] [--wait 0s] [--fair] [--owner SECRET] [flags]
-  coord lock release KEY --owner SECRET [--token N] [flags]
-  coord lock renew   KEY --owner SECRET [--ttl 30s] [flags]
-  coord lock inspect KEY [flags]
-  coord lock watch   KEY | --prefix P [flags]   one line per event until interrupted
+// newLockCmd builds `coord lock` and its subcommands.
+func newLockCmd() *cobra.Command {
+	cf := &clientFlags{}
+	c := newGroupCmd("lock", "call the lock service: acquire, release, renew, inspect, watch, run",
+		newLockAcquireCmd(cf), newLockReleaseCmd(cf), newLockRenewCmd(cf), newLockInspectCmd(cf), newLockWatchCmd(cf), newLockRunCmd(cf))
+	c.Long = `Call the lock service.
 
-The CLI holds no watchdog: a lock it acquires lasts for its ttl unless renewed or released.
-Common flags: --server URL, --backend NAME, --json, --timeout D.
-`
-
-// errNotAcquired makes `coord lock acquire` exit non-zero when the lock stayed taken, so
-// scripts can branch on it.
-var errNotAcquired = errors.New("not acquired")
-
-func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, lockUsage)
-		return flag.ErrHelp
-	}
-	verb := args[0]
-	fs := flag.NewFlagSet("lock "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = config.Usage(fs, "coord lock "+verb+" KEY [flags]")
-	serverURL := fs.String("server", "http://127.0.0.1:8080", "base URL of a coordkit service")
-	backend := fs.String("backend", "", "lock backend; empty means the service's default")
-	owner := fs.String("owner", "", "owner secret (required for release and renew)")
-	ttl := fs.Duration("ttl", 30*time.Second, "lease length")
-	token := fs.Uint64("token", 0, "release: the lease's fencing token; the release then fails rather than drop a hold of a newer lease")
-	wait := fs.Duration("wait", 0, "acquire: how long to wait for a taken lock")
-	fair := fs.Bool("fair", false, "acquire: wait in line, first come first served across instances (with --wait)")
-	prefix := fs.String("prefix", "", "watch: every key starting with this, instead of one KEY")
-	asJSON := fs.Bool("json", false, "print the response as JSON")
-	timeout := fs.Duration("timeout", 10*time.Second, "deadline for the call, on top of --wait")
-	positional, err := parsePositional(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	if verb == "watch" {
-		if len(positional) > 1 || (len(positional) == 1) == (*prefix != "") {
-			fs.Usage()
-			return errors.New("watch wants one KEY or --prefix P")
-		}
-		req := &lockv1.WatchRequest{Prefix: *prefix, Backend: *backend}
-		if len(positional) == 1 {
-			req.Key = positional[0]
-		}
-		return watchLocks(ctx, client.New(*serverURL), req, *asJSON, stdout)
-	}
-	if len(positional) != 1 {
-		fs.Usage()
-		return fmt.Errorf("want exactly one KEY, got %d arguments", len(positional))
-	}
-	key := positional[0]
-	ctx, cancel := context.WithTimeout(ctx, *timeout+*wait)
-	defer cancel()
-	locks := client.New(*serverURL).Locks()
-
-	var res proto.Message
-	switch verb {
-	case "acquire":
-		r, err := locks.Acquire(ctx, &lockv1.AcquireRequest{
-			Key: key, Fair: *fair, Backend: *backend, Owner: *owner, Ttl: durationpb.New(*ttl), Wait: durationpb.New(*wait),
-		})
-		if err != nil {
-			return err
-		}
-		res = r
-		if !*asJSON {
-			printAcquire(stdout, r)
-		}
-	case "release":
-		r, err := locks.Release(ctx, &lockv1.ReleaseRequest{Key: key, Backend: *backend, Owner: *owner, FencingToken: *token})
-		if err != nil {
-			return err
-		}
-		res = r
-		if !*asJSON {
-			fmt.Fprintf(stdout, "released %s (%d holds left)\n", key, r.GetHoldCount())
-		}
-	case "renew":
-		r, err := locks.Renew(ctx, &lockv1.RenewRequest{Key: key, Backend: *backend, Owner: *owner, Ttl: durationpb.New(*ttl)})
-		if err != nil {
-			return err
-		}
-		res = r
-		if !*asJSON {
-			fmt.Fprintf(stdout, "renewed %s until %s\n", key, r.GetLease().GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano))
-		}
-	case "inspect":
-		r, err := locks.Inspect(ctx, &lockv1.InspectRequest{Key: key, Backend: *backend})
-		if err != nil {
-			return err
-		}
-		res = r
-		if !*asJSON {
-			printState(stdout, r.GetState())
-		}
-	default:
-		fmt.Fprint(stderr, lockUsage)
-		return fmt.Errorf("unknown lock command %q", verb)
-	}
-	if *asJSON {
-		out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(res)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, string(out))
-	}
-	if a, ok := res.(*lockv1.AcquireResponse); ok && !a.GetAcquired() {
-		return errNotAcquired
-	}
-	return nil
+acquire, release and renew keep no watchdog: a lock acquired this way lasts for its ttl unless
+renewed or released. lock run holds a lock for as long as a command runs, renewing it.`
+	cf.register(c, "lock")
+	return c
 }
 
-// parseWithKey parses flags placed before or after the single KEY argument.
-func parseWithKey(fs *flag.FlagSet, args []string) (string, error) {
-	positional, err := parsePositional(fs, args)
-	if err != nil {
-		return "", err
+func newLockAcquireCmd(cf *clientFlags) *cobra.Command {
+	var ttl, wait time.Duration
+	var fair bool
+	var owner string
+	c := &cobra.Command{
+		Use:   "acquire KEY",
+		Short: "take a lock; exit 1 when it stays taken",
+		Long: `Take the lock KEY and print its lease: the owner secret (release, renew and re-entry need
+it) and the fencing token. Exits 1, printing the holder, when the lock stays taken for --wait.`,
+		Example: `  coord lock acquire order:42 --ttl 1m --wait 5s
+  owner=$(coord lock acquire order:42 --json | jq -r .lease.owner)`,
+		Args: argsExactly("KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := cf.callContext(cmd.Context(), wait)
+			defer cancel()
+			r, err := c.Locks().Acquire(ctx, &lockv1.AcquireRequest{
+				Key: args[0], Fair: fair, Backend: cf.backend, Owner: owner, Ttl: durationpb.New(ttl), Wait: durationpb.New(wait),
+			})
+			if err != nil {
+				return err
+			}
+			if cf.asJSON {
+				err = printJSON(cmd.OutOrStdout(), r)
+			} else {
+				printAcquire(cmd.OutOrStdout(), r)
+			}
+			if err == nil && !r.GetAcquired() {
+				return errNotAcquired
+			}
+			return err
+		},
 	}
-	if len(positional) != 1 {
-		fs.Usage()
-		return "", fmt.Errorf("want exactly one KEY, got %d arguments", len(positional))
-	}
-	return positional[0], nil
+	c.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease length")
+	c.Flags().DurationVar(&wait, "wait", 0, "how long to wait for a taken lock")
+	c.Flags().BoolVar(&fair, "fair", false, "wait in line, first come first served across instances (with --wait)")
+	c.Flags().StringVar(&owner, "owner", "", "owner secret (16+ bytes) to acquire as, to re-enter a lock it holds; empty makes a fresh one")
+	return c
 }
 
-// parsePositional parses flags placed before, between or after the positional arguments,
-// and returns those.
-func parsePositional(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := config.Parse(fs, args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return positional, nil
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+func newLockReleaseCmd(cf *clientFlags) *cobra.Command {
+	var owner string
+	var fencingToken uint64
+	c := &cobra.Command{
+		Use:   "release KEY --owner SECRET",
+		Short: "release one hold of a lock",
+		Args:  argsExactly("KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if owner == "" {
+				return usageErr(cmd, errors.New("--owner is required: the owner secret acquire printed"))
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := cf.callContext(cmd.Context(), 0)
+			defer cancel()
+			r, err := c.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: args[0], Backend: cf.backend, Owner: owner, FencingToken: fencingToken})
+			if err != nil {
+				return err
+			}
+			if cf.asJSON {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "released %s (%d holds left)\n", args[0], r.GetHoldCount())
+			return err
+		},
 	}
+	c.Flags().StringVar(&owner, "owner", "", "owner secret of the lease (required)")
+	c.Flags().Uint64Var(&fencingToken, "fencing-token", 0, "the lease's fencing token: the release then fails rather than drop a hold of a newer lease")
+	return c
+}
+
+func newLockRenewCmd(cf *clientFlags) *cobra.Command {
+	var owner string
+	var ttl time.Duration
+	c := &cobra.Command{
+		Use:   "renew KEY --owner SECRET",
+		Short: "extend a held lease",
+		Args:  argsExactly("KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if owner == "" {
+				return usageErr(cmd, errors.New("--owner is required: the owner secret acquire printed"))
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := cf.callContext(cmd.Context(), 0)
+			defer cancel()
+			r, err := c.Locks().Renew(ctx, &lockv1.RenewRequest{Key: args[0], Backend: cf.backend, Owner: owner, Ttl: durationpb.New(ttl)})
+			if err != nil {
+				return err
+			}
+			if cf.asJSON {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "renewed %s until %s\n", args[0], r.GetLease().GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano))
+			return err
+		},
+	}
+	c.Flags().StringVar(&owner, "owner", "", "owner secret of the lease (required)")
+	c.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "new lease length, from now")
+	return c
+}
+
+func newLockInspectCmd(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect KEY",
+		Short: "show who holds a lock, without its owner secret",
+		Args:  argsExactly("KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := cf.callContext(cmd.Context(), 0)
+			defer cancel()
+			r, err := c.Locks().Inspect(ctx, &lockv1.InspectRequest{Key: args[0], Backend: cf.backend})
+			if err != nil {
+				return err
+			}
+			if cf.asJSON {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			printState(cmd.OutOrStdout(), r.GetState())
+			return nil
+		},
+	}
+}
+
+func newLockWatchCmd(cf *clientFlags) *cobra.Command {
+	var prefix string
+	c := &cobra.Command{
+		Use:   "watch KEY | --prefix P",
+		Short: "print a lock's state, then one line per event, until interrupted",
+		Long: `Print the state of KEY (or of every key starting with --prefix), then one line per acquire,
+release and expiry, until interrupted (exit 0). --timeout does not apply.`,
+		Args: argsBetween(0, 1, "one KEY or --prefix P"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (len(args) == 1) == (prefix != "") {
+				return usageErr(cmd, errors.New("watch wants one KEY or --prefix P"))
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			req := &lockv1.WatchRequest{Prefix: prefix, Backend: cf.backend}
+			if len(args) == 1 {
+				req.Key = args[0]
+			}
+			return watchLocks(cmd.Context(), c, req, cf.asJSON, cmd.OutOrStdout())
+		},
+	}
+	c.Flags().StringVar(&prefix, "prefix", "", "every key starting with this, instead of one KEY")
+	return c
 }
 
 // watchLocks prints a Watch stream, one line per message, until ctx ends (Ctrl-C: exit 0)
@@ -173,11 +200,9 @@ func watchLocks(ctx context.Context, c *client.Client, req *lockv1.WatchRequest,
 			return err
 		}
 		if asJSON {
-			out, err := protojson.Marshal(msg)
-			if err != nil {
+			if err := printJSON(stdout, msg); err != nil {
 				return err
 			}
-			fmt.Fprintln(stdout, string(out))
 			continue
 		}
 		if st := msg.GetState(); st != nil {

@@ -1,32 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestCLIWatch: `coord lock watch KEY --json` prints the state, then one JSON line per event
 // of a fair acquire and release made with the CLI, and exits 0 when interrupted.
@@ -35,7 +15,7 @@ func TestCLIWatch(t *testing.T) {
 	url := serve(t)
 	const key = "cli:watch"
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out lockedBuffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"lock", "watch", key, "--server", url, "--json"}, &out, &out) }()
 	lines := func(n int) []string {

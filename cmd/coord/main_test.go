@@ -111,7 +111,7 @@ func TestCLILockRoundTrip(t *testing.T) {
 			if err != nil || !strings.Contains(out, "renewed") {
 				t.Fatalf("renew = %v\n%s", err, out)
 			}
-			out, err = coord(t, "lock", "release", key, "--server", url, "--owner", "wrong")
+			out, err = coord(t, "lock", "release", key, "--server", url, "--owner", "wrong-owner-0123456789")
 			if err == nil || !strings.Contains(out+err.Error(), "permission_denied") {
 				t.Fatalf("release by wrong owner = %v\n%s; want permission_denied", err, out)
 			}

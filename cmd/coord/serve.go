@@ -1,18 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 
-	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/event"
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
@@ -27,6 +30,8 @@ type serveConfig struct {
 	addr           string
 	dataDir        string
 	redisAddr      string
+	redisURL       string
+	redisCAFile    string
 	redlockAddrs   string
 	zkAddrs        string
 	mysqlDSN       string
@@ -41,12 +46,20 @@ type serveConfig struct {
 	waitAttempts   int
 	natsURL        string
 	natsListen     string
+	tlsCert        string
+	tlsKey         string
+	tlsClientCA    string
+	tokensFile     string
+	bodyTimeout    time.Duration
+	maxConns       int
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to serve HTTP/1.1, h2c, Connect, gRPC and gRPC-Web on")
 	fs.StringVar(&c.dataDir, "data-dir", "./coordkit-data", "directory of the embedded SQLite store")
-	fs.StringVar(&c.redisAddr, "redis-addr", "", "Redis host:port; enables the redis lock backend")
+	fs.StringVar(&c.redisAddr, "redis-addr", "", "Redis host:port, shorthand of --redis-url redis://host:port; enables the redis backends")
+	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL: redis[s]://[user:pass@]host:port[/db], redis[s]+sentinel://[user:pass@]h1:26379,h2:26379[/db]?master=name or redis[s]+cluster://[user:pass@]h1:6379,h2:6379; enables the redis backends")
+	fs.StringVar(&c.redisCAFile, "redis-ca-file", "", "PEM file of the CAs that sign the Redis servers' TLS certificates (rediss URLs); default the system's roots")
 	fs.StringVar(&c.redlockAddrs, "redlock-addrs", "", "comma-separated independent Redis nodes (3 or 5); enables the redlock backend")
 	fs.StringVar(&c.zkAddrs, "zk-addrs", "", "comma-separated ZooKeeper host:port list; enables the zookeeper backend")
 	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB DSN (user:pass@tcp(host:3306)/db); enables the mysql backend")
@@ -54,35 +67,60 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.taskDefault, "task-default-backend", "", "task backend for requests that name none (default: the first enabled of redis, mysql, else sqlite)")
 	fs.DurationVar(&c.taskRetention, "task-retention", 0, "keep acked tasks this long (a Put of their id then reports them as existing); 0 deletes them at Ack")
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
-	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the SQLite file, or MySQL with --mysql-dsn) or redis (needs --redis-addr)")
+	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the SQLite file, or MySQL with --mysql-dsn) or redis (needs --redis-url or --redis-addr)")
 	fs.IntVar(&c.waitAttempts, "lock-wait-attempts", lock.DefaultWaitAttempts, "per backend, how many backend attempts of blocked Acquires may run at once after their first; Release, Renew and first attempts never queue behind them")
 	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server URL (or a cluster's, comma-separated) for lock events and push wake-up; empty runs an embedded NATS server in-process")
 	fs.StringVar(&c.natsListen, "nats-listen", "", "host:port on which the embedded NATS server also accepts outside subscribers; empty accepts none")
 	fs.IntVar(&c.compressMin, "compress-min-bytes", 0, "gzip responses of at least this many bytes for clients that accept it; 0 never (best on a LAN)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM certificate chain; with --tls-key serves HTTPS (HTTP/2 and HTTP/1.1, no h2c); reloaded on SIGHUP")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; with it every client must present a certificate it signed (mutual TLS)")
+	fs.StringVar(&c.tokensFile, "auth-tokens-file", "", "file with one \"name token\" pair per line; every RPC but gRPC health then needs Authorization: Bearer <token>; reloaded on SIGHUP")
+	fs.DurationVar(&c.bodyTimeout, "body-timeout", 10*time.Second, "how long a request body may take to arrive after its headers (never limits server-side waits or streams)")
+	fs.IntVar(&c.maxConns, "max-conns", 0, "connections open at once, more wait to be accepted; 0 derives it from the file-descriptor limit, -1 no limit")
 }
 
-func runServe(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = config.Usage(fs, "coord serve [flags]")
+// newServeCmd builds `coord serve`.
+func newServeCmd() *cobra.Command {
 	var cfg serveConfig
-	cfg.register(fs)
-	if err := config.Parse(fs, args); err != nil {
-		return err
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "run the lock, ID and task-pick services (embedded SQLite by default)",
+		Long: `Run the lock, ID and task-pick services on one address, for HTTP/1.1, h2c, Connect, gRPC and
+gRPC-Web, with /metrics and grpc.health.v1. With no backend flag everything is stored in an
+embedded SQLite file under --data-dir; each backend flag enables that backend.`,
+		Args: argsExactly(),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), cfg, cmd.ErrOrStderr()) },
 	}
+	cfg.register(c.Flags())
+	return c
+}
+
+// runServe runs the services of cfg until ctx ends, logging to stderr.
+func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logger, err := newLogger(stderr, cfg.logLevel, cfg.logFormat)
 	if err != nil {
 		return err
 	}
 	redis.SetLogger(redisLog{logger})
+	// Listen before opening anything: a busy port fails before a snowflake worker id is
+	// leased or a backend touched.
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("--addr %s: %w", cfg.addr, err)
+	}
+	defer ln.Close() //nolint:errcheck // Serve closed it already, unless opening failed
 	srv, closeAll, err := newServer(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	return srv.ListenAndServe(ctx)
+	if cfg.tlsCert != "" || cfg.tokensFile != "" {
+		defer reloadOnHangup(ctx, srv, logger)()
+	}
+	return srv.Serve(ctx, ln)
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
@@ -146,7 +184,26 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		return nil, nil, err
 	}
 
-	srv := server.New(server.Config{Addr: cfg.addr, Logger: logger, CompressMinBytes: cfg.compressMin})
+	scfg := server.Config{
+		Addr: cfg.addr, Logger: logger, CompressMinBytes: cfg.compressMin,
+		BodyTimeout: cfg.bodyTimeout, MaxConns: cfg.maxConns,
+	}
+	// The TLS and tokens files first: a bad one fails before any backend is touched.
+	if cfg.tlsCert != "" || cfg.tlsKey != "" || cfg.tlsClientCA != "" {
+		t, err := server.LoadTLS(cfg.tlsCert, cfg.tlsKey, cfg.tlsClientCA)
+		if err != nil {
+			return fail(fmt.Errorf("--tls-cert/--tls-key/--tls-client-ca: %w", err))
+		}
+		scfg.TLS = t
+	}
+	if cfg.tokensFile != "" {
+		t, err := server.LoadTokens(cfg.tokensFile, logger)
+		if err != nil {
+			return fail(fmt.Errorf("--auth-tokens-file: %w", err))
+		}
+		scfg.Tokens = t
+	}
+	srv := server.New(scfg)
 	deps, err := openDeps(ctx, cfg, srv, logger, &closers)
 	if err != nil {
 		return fail(err)
@@ -157,8 +214,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 			return fail(fmt.Errorf("%s service: %w", e.name, err))
 		}
 		closers.Add(m.Close)
-		srv.Handle(m.Path, m.Handler)
-		logger.Info("service", append([]any{"name", e.name}, m.Summary...)...)
+		srv.Mount(m.Mount(e.name)) // its summary goes into the one "serving" line
 	}
 	return srv, closeAll, nil
 }
@@ -167,7 +223,8 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 // MySQL when configured. It adds their Close to closers.
 func openDeps(ctx context.Context, cfg serveConfig, srv *server.Server, logger *slog.Logger, closers *service.Closers) (service.Deps, error) {
 	deps := service.Deps{
-		Logger: logger, Registerer: srv.Registry(), HandlerOptions: srv.HandlerOptions(), DataDir: cfg.dataDir,
+		// The server's logger: lines logged with a request's context name its caller.
+		Logger: srv.Logger(), Registerer: srv.Registry(), HandlerOptions: srv.HandlerOptions(), DataDir: cfg.dataDir,
 	}
 	bus, err := event.Open(ctx, event.Config{URL: cfg.natsURL, Listen: cfg.natsListen, Logger: logger, Registerer: srv.Registry()})
 	if err != nil {
@@ -178,13 +235,17 @@ func openDeps(ctx context.Context, cfg serveConfig, srv *server.Server, logger *
 	if u := bus.ClientURL(); u != "" {
 		logger.Info("embedded NATS accepts subscribers", "url", u)
 	}
-	if cfg.redisAddr != "" {
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 256, MaxRetries: -1})
-		closers.Add(rdb.Close)
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return deps, fmt.Errorf("--redis-addr %s: %w", cfg.redisAddr, err)
+	if rc := (redisconf.Config{URL: cfg.redisURL, Addr: cfg.redisAddr, CAFile: cfg.redisCAFile}); rc.Enabled() {
+		// Retries off and a pool of 256: see redisconf.Parse. The URL's password never
+		// reaches a log line or an error.
+		shown := redisconf.Redact(cmp.Or(cfg.redisURL, "redis://"+cfg.redisAddr))
+		rdb, err := redisconf.Open(ctx, rc)
+		if err != nil {
+			return deps, fmt.Errorf("--redis-url/--redis-addr %s: %w", shown, err)
 		}
+		closers.Add(rdb.Close)
 		deps.Redis = rdb
+		logger.Info("redis", "url", shown)
 	}
 	if cfg.mysqlDSN != "" {
 		db, err := sqldb.OpenMySQL(ctx, cfg.mysqlDSN, mysqlConns)

@@ -128,7 +128,7 @@ func TestCLITaskRoundTrip(t *testing.T) {
 			fails(t, "wants POOL ID", "put", pool)
 			fails(t, "--order", "pick", pool, "--order", "lifo")
 			fails(t, "ttl", "pick", pool, "--ttl", "10ms")
-			fails(t, "unknown task command", "frobnicate", pool)
+			fails(t, "unknown command", "frobnicate", pool)
 		})
 	}
 }

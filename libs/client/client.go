@@ -6,14 +6,20 @@
 //	if err != nil { ... }
 //	defer l.Unlock(context.Background())
 //	// do the work with l.Context(); pass l.FencingToken() to every guarded write.
+//
+// An https:// base URL speaks HTTP/2 over TLS with the system's roots; WithTLSConfig (and
+// LoadTLSConfig for a private CA or a client certificate) and WithToken reach a service that
+// runs with TLS and bearer-token auth.
 package client
 
 import (
+	"crypto/tls"
 	"net/http"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
@@ -22,11 +28,14 @@ import (
 type Client struct {
 	locks   lockv1connect.LockServiceClient
 	tasks   taskpickv1connect.TaskPickServiceClient
+	ids     idgenv1connect.IdServiceClient
 	backend string
 }
 
 type options struct {
 	httpClient connect.HTTPClient
+	tlsConfig  *tls.Config
+	token      string
 	backend    string
 	connect    []connect.ClientOption
 }
@@ -35,37 +44,77 @@ type options struct {
 type Option func(*options)
 
 // WithHTTPClient sets the HTTP client; the default keeps up to 256 idle connections per host
-// so that many goroutines calling at once reuse connections instead of dialing.
+// so that many goroutines calling at once reuse connections instead of dialing. It overrides
+// WithTLSConfig: give the client's transport its own TLS settings.
 func WithHTTPClient(c connect.HTTPClient) Option { return func(o *options) { o.httpClient = c } }
+
+// WithTLSConfig sets the TLS settings of the default HTTP client for an https:// base URL:
+// the roots to trust and the client certificate to present. See LoadTLSConfig.
+func WithTLSConfig(cfg *tls.Config) Option { return func(o *options) { o.tlsConfig = cfg } }
+
+// WithToken sends "Authorization: Bearer <token>" with every call, unary and streaming. An
+// empty token sends nothing. Over a plain http:// URL the token crosses the network in clear:
+// use https:// wherever the network is not trusted.
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
 
 // WithBackend sets the lock backend used when a call names none; empty means the service's
 // default.
 func WithBackend(name string) Option { return func(o *options) { o.backend = name } }
 
 // WithConnectOptions passes options to the generated Connect clients, for example
-// connect.WithGRPC() or an auth interceptor.
+// connect.WithGRPC() or an interceptor of one's own.
 func WithConnectOptions(opts ...connect.ClientOption) Option {
 	return func(o *options) { o.connect = append(o.connect, opts...) }
 }
 
-// New returns a client for the service at baseURL, such as http://127.0.0.1:8080.
+// New returns a client for the service at baseURL, such as http://127.0.0.1:8080 or
+// https://coordkit.internal:8443.
 func New(baseURL string, opts ...Option) *Client {
-	o := options{}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.httpClient == nil {
-		o.httpClient = DefaultHTTPClient()
-	}
+	o := newOptions(opts)
+	httpClient, connectOpts := o.transport()
 	return &Client{
-		locks:   lockv1connect.NewLockServiceClient(o.httpClient, baseURL, o.connect...),
-		tasks:   taskpickv1connect.NewTaskPickServiceClient(o.httpClient, baseURL, o.connect...),
+		locks:   lockv1connect.NewLockServiceClient(httpClient, baseURL, connectOpts...),
+		tasks:   taskpickv1connect.NewTaskPickServiceClient(httpClient, baseURL, connectOpts...),
+		ids:     idgenv1connect.NewIdServiceClient(httpClient, baseURL, connectOpts...),
 		backend: o.backend,
 	}
 }
 
+// Transport returns the HTTP client and Connect options New builds from opts, for calling
+// other Connect or gRPC services of the same server (such as grpc.health.v1) with the same
+// TLS settings and token.
+func Transport(opts ...Option) (connect.HTTPClient, []connect.ClientOption) {
+	o := newOptions(opts)
+	return o.transport()
+}
+
+func newOptions(opts []Option) options {
+	o := options{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// transport resolves the options into the HTTP client and the Connect client options.
+func (o options) transport() (connect.HTTPClient, []connect.ClientOption) {
+	httpClient := o.httpClient
+	if httpClient == nil {
+		c := DefaultHTTPClient()
+		if o.tlsConfig != nil {
+			c.Transport.(*http.Transport).TLSClientConfig = o.tlsConfig.Clone()
+		}
+		httpClient = c
+	}
+	connectOpts := o.connect
+	if o.token != "" {
+		connectOpts = append([]connect.ClientOption{connect.WithInterceptors(bearer(o.token))}, connectOpts...)
+	}
+	return httpClient, connectOpts
+}
+
 // DefaultHTTPClient is the HTTP client New uses unless told otherwise: pooled keep-alive
-// connections, no overall timeout (each call's context bounds it).
+// connections, HTTP/2 for https:// URLs, no overall timeout (each call's context bounds it).
 func DefaultHTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
@@ -76,3 +125,6 @@ func DefaultHTTPClient() *http.Client {
 
 // Locks is the raw lock API, for callers that manage leases themselves (like the CLI).
 func (c *Client) Locks() lockv1connect.LockServiceClient { return c.locks }
+
+// IDs is the ID service's API.
+func (c *Client) IDs() idgenv1connect.IdServiceClient { return c.ids }

@@ -35,6 +35,7 @@ type lockOptions struct {
 	hasWait bool
 	owner   string
 	backend string
+	fair    bool
 }
 
 // LockOption configures one Lock or TryLock call.
@@ -52,6 +53,10 @@ func WithWait(d time.Duration) LockOption {
 // WithOwner acquires as owner: the same owner re-enters a lock it holds. By default the
 // service makes a fresh random owner.
 func WithOwner(owner string) LockOption { return func(o *lockOptions) { o.owner = owner } }
+
+// WithFair waits in line: while the lock is taken, waiters get it first come first served
+// across service instances instead of whoever retries at the right moment.
+func WithFair() LockOption { return func(o *lockOptions) { o.fair = true } }
 
 // WithLockBackend picks the backend for this lock, overriding the client's.
 func WithLockBackend(name string) LockOption { return func(o *lockOptions) { o.backend = name } }
@@ -112,6 +117,7 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait ti
 		Ttl:     durationpb.New(o.ttl),
 		Wait:    durationpb.New(wait),
 		Owner:   o.owner,
+		Fair:    o.fair,
 	})
 	if err != nil {
 		return nil, err

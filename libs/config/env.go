@@ -1,12 +1,17 @@
 // Package config reads coordkit's settings: command-line flags first, then COORDKIT_*
 // environment variables for every flag left unset, then the flag's default.
+//
+// It works on github.com/spf13/pflag flag sets, the ones cobra commands carry: apply the
+// fallbacks to the flags of the command that runs, after parsing, so that a variable meant
+// for one command never reaches another.
 package config
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // EnvPrefix is prepended to a flag's name to form its environment variable:
@@ -18,15 +23,19 @@ func EnvName(name string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
+// noEnv lists flags that never read the environment: they ask for output, not settings.
+var noEnv = map[string]bool{"help": true, "version": true}
+
+// HasEnv reports whether the flag called name falls back to its environment variable.
+func HasEnv(name string) bool { return !noEnv[name] }
+
 // ApplyEnv sets every flag of fs that was not given on the command line from its environment
-// variable, when that variable is set. Call it after fs.Parse. A bad value is an error naming
+// variable, when that variable is set. Call it after parsing. A bad value is an error naming
 // both the variable and the flag, so a typo in a deployment never silently becomes a default.
-func ApplyEnv(fs *flag.FlagSet) error {
-	set := make(map[string]bool)
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+func ApplyEnv(fs *pflag.FlagSet) error {
 	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || set[f.Name] {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || !HasEnv(f.Name) {
 			return
 		}
 		v, ok := os.LookupEnv(EnvName(f.Name))
@@ -41,25 +50,23 @@ func ApplyEnv(fs *flag.FlagSet) error {
 }
 
 // Parse parses args into fs and then applies the environment fallbacks.
-func Parse(fs *flag.FlagSet, args []string) error {
+func Parse(fs *pflag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return ApplyEnv(fs)
 }
 
-// Usage returns a flag.FlagSet usage function that lists each flag with its environment
-// variable.
-func Usage(fs *flag.FlagSet, synopsis string) func() {
-	return func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "usage: %s\n\nflags (each falls back to its environment variable):\n", synopsis)
-		fs.VisitAll(func(f *flag.Flag) {
-			def := ""
-			if f.DefValue != "" {
-				def = fmt.Sprintf(" (default %q)", f.DefValue)
-			}
-			fmt.Fprintf(w, "  --%s  [$%s]%s\n      %s\n", f.Name, EnvName(f.Name), def, f.Usage)
-		})
-	}
+// envNote is what AnnotateEnv appends to a flag's usage; its presence marks the flag done.
+func envNote(name string) string { return " [$" + EnvName(name) + "]" }
+
+// AnnotateEnv appends its environment variable to the usage text of every flag of fs, so that
+// help shows where each setting may also come from. Flags already annotated are left alone:
+// a flag shared by several sets is annotated once.
+func AnnotateEnv(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if HasEnv(f.Name) && !strings.HasSuffix(f.Usage, envNote(f.Name)) {
+			f.Usage += envNote(f.Name)
+		}
+	})
 }
