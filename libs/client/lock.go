@@ -51,7 +51,8 @@ func WithWait(d time.Duration) LockOption {
 }
 
 // WithOwner acquires as owner: the same owner re-enters a lock it holds. By default the
-// service makes a fresh random owner.
+// service makes a fresh random owner. An owner is a secret (whoever presents it can release
+// the lock): the service refuses owners shorter than 16 bytes; use a random one.
 func WithOwner(owner string) LockOption { return func(o *lockOptions) { o.owner = owner } }
 
 // WithFair waits in line: while the lock is taken, waiters get it first come first served

@@ -57,7 +57,7 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	case "", LeasesSQL:
 	case LeasesRedis:
 		if scfg.Redis == nil {
-			return nil, errors.New("idgen: --id-worker-leases redis needs --redis-addr")
+			return nil, errors.New("idgen: --id-worker-leases redis needs --redis-url (or --redis-addr)")
 		}
 	default:
 		return nil, fmt.Errorf("idgen: --id-worker-leases %q: want %q or %q", cfg.WorkerLeases, LeasesSQL, LeasesRedis)

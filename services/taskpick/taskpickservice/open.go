@@ -42,8 +42,8 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	}
 	closers.Add(sq.Close)
 	backends["sqlite"] = sq
-	if deps.Redis != nil {
-		backends["redis"] = redistask.New(deps.Redis, redistask.Config{Retention: cfg.Retention})
+	if rdb := deps.RedisClient(); rdb != nil {
+		backends["redis"] = redistask.New(rdb, redistask.Config{Retention: cfg.Retention})
 	}
 	if deps.MySQL != nil {
 		b, err := sqltask.New(ctx, deps.MySQL, sqltask.Config{Retention: cfg.Retention})
