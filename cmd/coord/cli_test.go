@@ -81,6 +81,9 @@ func TestEnvOnlyForTheCommandThatRuns(t *testing.T) {
 	t.Setenv("COORDKIT_TTL", "10") // no unit: bad for --ttl
 	t.Setenv("COORDKIT_SERVER", url)
 	t.Setenv("COORDKIT_LIMIT", "not-a-number") // task dead's flag only
+	// What `coord lock run` gives its command for its own key's lease: a release of another
+	// key inside the command must not be checked against it.
+	t.Setenv("COORDKIT_FENCING_TOKEN", "999999")
 
 	if r := cli(t, "lock", "inspect", "cli:env"); r.code != 0 || !strings.Contains(r.stdout, "is free") {
 		t.Fatalf("inspect with COORDKIT_TTL=10 = exit %d\n%s%s; want it to ignore a flag it does not have", r.code, r.stdout, r.stderr)
@@ -91,6 +94,13 @@ func TestEnvOnlyForTheCommandThatRuns(t *testing.T) {
 	}
 	if r := cli(t, "lock", "acquire", "cli:env", "--ttl", "1m", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"acquired":true`) {
 		t.Fatalf("acquire --ttl 1m with COORDKIT_TTL=10 = exit %d\n%s%s; want the flag to win", r.code, r.stdout, r.stderr)
+	}
+	const owner = "cli-env-owner-0123456789"
+	if r := cli(t, "lock", "acquire", "cli:env-release", "--ttl", "1m", "--owner", owner); r.code != 0 {
+		t.Fatalf("acquire = exit %d\n%s", r.code, r.stderr)
+	}
+	if r := cli(t, "lock", "release", "cli:env-release", "--owner", owner); r.code != 0 {
+		t.Fatalf("release with COORDKIT_FENCING_TOKEN=999999 set = exit %d %q; want it released: that variable names the lease of lock run's key", r.code, r.stderr)
 	}
 	if r := cli(t, "task", "stats", "cli-env"); r.code != 0 {
 		t.Fatalf("task stats with COORDKIT_LIMIT set = exit %d\n%s%s; want it ignored", r.code, r.stdout, r.stderr)
@@ -175,6 +185,13 @@ func TestJSONOutput(t *testing.T) {
 		t.Helper()
 		if strings.Contains(r.stdout, "null") || !strings.Contains(r.stdout, want) || strings.Count(r.stdout, "\n") != 1 || !json.Valid([]byte(r.stdout)) {
 			t.Fatalf("stdout %q, want one line of JSON with %s and no null", r.stdout, want)
+		}
+		// Compact, whatever the build: protojson adds spaces after some commas in some
+		// binaries only (on purpose, against byte comparisons), which broke scripts that
+		// grep for "acquired":true.
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, []byte(strings.TrimSuffix(r.stdout, "\n"))); err != nil || compact.String()+"\n" != r.stdout {
+			t.Fatalf("stdout %q, want compact JSON %q", r.stdout, compact.String())
 		}
 	}
 	r := cli(t, "lock", "acquire", key, "--server", url, "--json")

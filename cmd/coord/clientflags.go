@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -80,6 +82,12 @@ func printJSON(w io.Writer, m proto.Message) error {
 	if err != nil {
 		return fmt.Errorf("json: %w", err)
 	}
-	_, err = fmt.Fprintln(w, string(out))
+	// protojson puts a space after some commas in some builds only (on purpose, against
+	// byte comparisons); scripts grep this line, so it is compacted to one stable form.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, out); err != nil {
+		return fmt.Errorf("json: %w", err)
+	}
+	_, err = fmt.Fprintln(w, compact.String())
 	return err
 }

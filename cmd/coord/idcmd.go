@@ -143,7 +143,7 @@ func newIDCreateTagCmd(cf *clientFlags) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().Int64Var(&start, "start", 1, "the first ID")
+	c.Flags().Int64Var(&start, "start", 0, "the first ID; 0 means 1, or for a deleted tag where it stopped")
 	c.Flags().Int64Var(&step, "step", 1000, "the configured segment size")
 	c.Flags().StringVar(&description, "description", "", "a note for operators")
 	return c
@@ -192,7 +192,7 @@ func newIDDeleteTagCmd(cf *clientFlags) *cobra.Command {
 				return ids.DeleteTag(ctx, &idgenv1.DeleteTagRequest{Tag: args[0]})
 			}, func(w io.Writer, r *idgenv1.DeleteTagResponse) {
 				t := r.GetTag()
-				fmt.Fprintf(w, "deleted tag %s (its max id was %d: create it again with --start above it to never repeat an ID)\n", t.GetTag(), t.GetMaxId())
+				fmt.Fprintf(w, "deleted tag %s (its max id was %d: create-tag without --start continues there, and a start below it is refused)\n", t.GetTag(), t.GetMaxId())
 			})
 		},
 	}

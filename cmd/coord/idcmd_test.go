@@ -88,11 +88,17 @@ func TestCLIIDRoundTrip(t *testing.T) {
 	}
 	other := tag + "-del"
 	id(t, "create-tag", other)
+	id(t, "next", "--mode", "segment", "--tag", other) // reserves [1, 1001): max id 1001
 	if out := id(t, "delete-tag", other); !strings.Contains(out, "deleted tag "+other) {
 		t.Fatalf("delete-tag printed %q", out)
 	}
 	if out := id(t, "tags"); strings.Contains(out, other) {
 		t.Fatalf("tags after delete-tag still lists %s:\n%s", other, out)
+	}
+	// Created again without --start, it continues where it stopped (the default start used to
+	// be 1, below the tombstone, so this failed until --start 0 was typed).
+	if out := id(t, "create-tag", other); !strings.Contains(out, "first ID 1001") {
+		t.Fatalf("create-tag of a deleted tag printed %q, want it to continue at its max id 1001", out)
 	}
 
 	// Bad input fails with the field named, and exits non-zero.

@@ -116,6 +116,7 @@ func runLocked(ctx context.Context, c *client.Client, key string, argv []string,
 		"COORDKIT_FENCING_TOKEN="+strconv.FormatUint(l.FencingToken(), 10),
 		"COORDKIT_LOCK_KEY="+key)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: startsOwnGroup(stdin)}
 	if err := cmd.Start(); err != nil {
 		code := exitCannotRun
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -136,20 +137,25 @@ func superviseCommand(cmd *exec.Cmd, l *client.Lock, sigs <-chan os.Signal, grac
 	for {
 		select {
 		case err := <-done:
+			if kill != nil {
+				// The lease is lost: what the command started and left running gets the
+				// rest of its grace, then SIGKILL, before coord exits.
+				stopGroup(cmd, kill)
+			}
 			return commandStatus(cmd, err)
 		case sig := <-sigs:
-			_ = cmd.Process.Signal(sig) // fails only when it has exited meanwhile: done tells
+			_ = signalCommand(cmd, sig) // fails only when it has exited meanwhile: done tells
 		case <-lost:
 			lost = nil
 			fmt.Fprintf(stderr, "coord: %v; sending the command SIGTERM\n", l.Err())
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = signalCommand(cmd, syscall.SIGTERM)
 			t := time.NewTimer(grace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
 			fmt.Fprintf(stderr, "coord: the command still runs %s after SIGTERM; sending SIGKILL\n", grace)
-			_ = cmd.Process.Kill()
+			_ = signalCommand(cmd, syscall.SIGKILL)
 		}
 	}
 }

@@ -204,3 +204,61 @@ func TestLockRunProcess(t *testing.T) {
 		t.Fatalf("coord lock acquire --bogus exited %d (%s), want 2", bad.ProcessState.ExitCode(), out)
 	}
 }
+
+// TestLockRunLeaseLostStopsWhatItStarted: when the lease is lost, what the command started
+// stops too (its process group gets SIGTERM, then SIGKILL after --grace), even when the
+// command itself exits at once: `sh -c 'a; b'` or a background job must not go on doing the
+// guarded work after the lock is gone.
+func TestLockRunLeaseLostStopsWhatItStarted(t *testing.T) {
+	t.Parallel()
+	url := serve(t)
+	tests := []struct {
+		name, script string
+	}{
+		{name: "child stops on SIGTERM", script: `sleep 600 & echo $! > "$1/child"; echo go > "$1/started"; wait`},
+		{name: "child and command ignore SIGTERM", script: `trap '' TERM; sleep 600 & echo $! > "$1/child"; echo go > "$1/started"; wait`},
+		{name: "command exits, child ignores SIGTERM", script: `(trap '' TERM; exec sleep 600) & echo $! > "$1/child"; echo go > "$1/started"; wait`},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			key, owner, dir := "cli:run-group-"+strconv.Itoa(i), "cli-run-group-owner-0123456789", t.TempDir()
+			done := make(chan result, 1)
+			go func() {
+				done <- cli(t, "lock", "run", key, "--server", url, "--ttl", "1s", "--owner", owner, "--grace", "500ms", "--", "sh", "-c", tt.script, "sh", dir)
+			}()
+			waitFile(t, filepath.Join(dir, "started"))
+			child, err := strconv.Atoi(waitFile(t, filepath.Join(dir, "child")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+			if r := cli(t, "lock", "release", key, "--server", url, "--owner", owner); r.code != 0 {
+				t.Fatalf("release by force = exit %d %q", r.code, r.stderr)
+			}
+			select {
+			case r := <-done:
+				if !strings.Contains(r.stderr, "lease lost") {
+					t.Fatalf("lock run = exit %d, stderr %q; want the lease lost", r.code, r.stderr)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("lock run still runs 15s after its lease was lost")
+			}
+			for deadline := time.Now().Add(5 * time.Second); running(child); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the command's child %d still runs after lock run exited on a lost lease", child)
+				}
+			}
+		})
+	}
+}
+
+// running says whether process pid exists and is no zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, after, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(after, "Z")
+}

@@ -23,8 +23,11 @@ func EnvName(name string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// noEnv lists flags that never read the environment: they ask for output, not settings.
-var noEnv = map[string]bool{"help": true, "version": true}
+// noEnv lists flags that never read the environment: help and version ask for output, not
+// settings; fencing-token names one lease, and COORDKIT_FENCING_TOKEN is what `coord lock
+// run` gives its command for the lease of its own key, which a release of any other key
+// inside that command must not check against.
+var noEnv = map[string]bool{"help": true, "version": true, "fencing-token": true}
 
 // HasEnv reports whether the flag called name falls back to its environment variable.
 func HasEnv(name string) bool { return !noEnv[name] }

@@ -106,7 +106,11 @@ func readTokens(path string, log *slog.Logger) ([]token, error) {
 	names, sums := map[string]int{}, map[[sha256.Size]byte]int{}
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
+		text := sc.Text()
+		if line == 1 {
+			text = strings.TrimPrefix(text, "\uFEFF") // the byte order mark Windows editors write
+		}
+		text = strings.TrimSpace(text) // CRLF line ends too
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
@@ -116,7 +120,8 @@ func readTokens(path string, log *slog.Logger) ([]token, error) {
 		}
 		name, secret := fields[0], fields[1]
 		if len(secret) < MinTokenBytes {
-			return nil, fmt.Errorf("server: tokens file %s line %d: token of %q is %d bytes, want at least %d", path, line, name, len(secret), MinTokenBytes)
+			// Not naming the name: with the columns swapped (`token name`), it is the secret.
+			return nil, fmt.Errorf("server: tokens file %s line %d: the token (second column) is %d bytes, want at least %d", path, line, len(secret), MinTokenBytes)
 		}
 		sum := sha256.Sum256([]byte(secret))
 		if prev, dup := names[name]; dup {
@@ -158,9 +163,8 @@ func (a authInterceptor) authenticate(ctx context.Context, procedure, header, pe
 	if Exempt(procedure) {
 		return ctx, nil
 	}
-	presented, ok := strings.CutPrefix(header, "Bearer ")
-	presented = strings.TrimSpace(presented)
-	if !ok || presented == "" {
+	presented, ok := bearer(header)
+	if !ok {
 		a.log.WarnContext(ctx, "unauthenticated", "procedure", procedure, "caller", "missing", "peer", peer)
 		return ctx, connect.NewError(connect.CodeUnauthenticated, ErrMissingToken)
 	}
@@ -170,6 +174,18 @@ func (a authInterceptor) authenticate(ctx context.Context, procedure, header, pe
 		return ctx, connect.NewError(connect.CodeUnauthenticated, ErrUnknownToken)
 	}
 	return context.WithValue(ctx, callerKey{}, name), nil
+}
+
+// bearer is the token of an Authorization header value "Bearer <token>": the scheme in any
+// case (RFC 9110 section 11.1), then spaces or tabs, as HTTP clients send it.
+func bearer(header string) (string, bool) {
+	const scheme = "Bearer"
+	if len(header) <= len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) ||
+		(header[len(scheme)] != ' ' && header[len(scheme)] != '\t') {
+		return "", false
+	}
+	presented := strings.Trim(header[len(scheme):], " \t")
+	return presented, presented != ""
 }
 
 // WrapUnary implements connect.Interceptor.

@@ -26,6 +26,7 @@ func TestLoadTokensErrors(t *testing.T) {
 		name, content, want string
 	}{
 		{name: "short token", content: "alice short\n", want: "at least 16"},
+		{name: "columns swapped", content: aliceToken + " alice\n", want: "at least 16"},
 		{name: "three fields", content: "alice " + aliceToken + " extra\n", want: "want `name token`"},
 		{name: "one field", content: aliceToken + "\n", want: "want `name token`"},
 		{name: "duplicate name", content: "alice " + aliceToken + "\nalice " + bobToken + "\n", want: `name "alice" already on line 1`},
@@ -217,4 +218,67 @@ func TestAuth(t *testing.T) {
 			t.Errorf("token in force after a failed reload = %v, want ok", got)
 		}
 	})
+}
+
+// TestAuthHeaderForms: the scheme is case-insensitive (RFC 9110 section 11.1) and may be
+// followed by any spaces or tabs; anything but a Bearer credential is refused.
+func TestAuthHeaderForms(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, t.TempDir(), "tokens", "alice "+aliceToken+"\n", 0o600)
+	tokens, err := server.LoadTokens(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr, _, _ := edgeServer(t, server.Config{Tokens: tokens}, 0)
+	c := connect.NewClient[emptypb.Empty, emptypb.Empty](http.DefaultClient, "http://"+addr+unaryProc)
+	tests := []struct {
+		header string
+		want   connect.Code
+	}{
+		{header: "Bearer " + aliceToken},
+		{header: "bearer " + aliceToken},
+		{header: "BEARER " + aliceToken},
+		{header: "Bearer\t" + aliceToken},
+		{header: "Bearer   " + aliceToken + "  "},
+		{header: "Basic " + aliceToken, want: connect.CodeUnauthenticated},
+		{header: "Bearer" + aliceToken, want: connect.CodeUnauthenticated},
+		{header: "Bearer", want: connect.CodeUnauthenticated},
+		{header: "Bearer  ", want: connect.CodeUnauthenticated},
+		{header: aliceToken, want: connect.CodeUnauthenticated},
+		{header: "Bearer " + aliceToken + " x", want: connect.CodeUnauthenticated},
+	}
+	for _, tt := range tests {
+		req := connect.NewRequest(&emptypb.Empty{})
+		req.Header().Set("Authorization", tt.header)
+		_, err := c.CallUnary(context.Background(), req)
+		if got := connect.CodeOf(err); err == nil && tt.want != 0 || err != nil && got != tt.want {
+			t.Errorf("Authorization %q = %v, want code %v", tt.header, err, tt.want)
+		}
+	}
+}
+
+// TestLoadTokensEncodings: a file saved by a Windows editor (CRLF line ends, a byte order
+// mark) loads with the names as written.
+func TestLoadTokensEncodings(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, content string }{
+		{name: "crlf", content: "# ci\r\nalice " + aliceToken + "\r\nbob\t" + bobToken + "\r\n"},
+		{name: "bom then comment", content: "\uFEFF# ci\nalice " + aliceToken + "\nbob " + bobToken + "\n"},
+		{name: "bom then token", content: "\uFEFFalice " + aliceToken + "\r\nbob " + bobToken + "\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeFile(t, t.TempDir(), "tokens", tt.content, 0o600)
+			tokens, err := server.LoadTokens(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for tok, want := range map[string]string{aliceToken: "alice", bobToken: "bob"} {
+				if name, ok := tokens.Lookup(tok); !ok || name != want {
+					t.Errorf("Lookup = %q, %v; want %q", name, ok, want)
+				}
+			}
+		})
+	}
 }
