@@ -114,6 +114,10 @@ func TestParseRefuses(t *testing.T) {
 		{"redis+sentinel://:" + secret + "@s1", "master"},
 		{"redis+sentinel://s1?master=m&password=" + secret, "credentials"},
 		{"redis+sentinel://:" + secret + "@", "no host"},
+		{"redis://:" + secret + "/x@h:6379", "percent-encode"},
+		{"redis://:" + secret + "?x@h:6379", "percent-encode"},
+		{"redis+cluster://:" + secret + "/x@h1,h2", "percent-encode"},
+		{"redis+sentinel://:pw@s1?master=m&sentinel_password=" + secret + "@x", "percent-encode"},
 	} {
 		_, err := redisconf.Parse(c.url)
 		switch {
@@ -157,6 +161,8 @@ func TestRedact(t *testing.T) {
 		{"redis+sentinel://a?Password=s3cret", "redis+sentinel://a?Password=xxxxx"},
 		{"redis://h?x=%zzs3cret", "redis://h?xxxxx"},
 		{"h:1 s3cret", "(invalid Redis URL, hidden)"},
+		{"redis://:s3/cret@h:1", "(invalid Redis URL, hidden)"},
+		{"redis://:s3?cret@h:1", "(invalid Redis URL, hidden)"},
 	} {
 		if got := redisconf.Redact(c.in); got != c.want {
 			t.Errorf("Redact(%q) = %q, want %q", c.in, got, c.want)

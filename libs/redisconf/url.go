@@ -42,6 +42,12 @@ func splitURL(raw string) (rawURL, error) {
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
 		authority, u.path = rest[:i], rest[i:]
 	}
+	// A raw '/' or '?' in a password ends the authority early and leaves "…@host" in the
+	// path or query, where neither this parser nor Redact would know it for a secret: refuse
+	// the URL, without quoting it.
+	if strings.ContainsRune(u.path, '@') || strings.ContainsRune(u.query, '@') {
+		return rawURL{}, errors.New("redisconf: '@' after the host: percent-encode '/', '?' and '@' in the user, the password and query values (%2F, %3F, %40)")
+	}
 	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
 		u.userinfo, u.hasUser, authority = authority[:i], true, authority[i+1:]
 	}
