@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/config"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
@@ -101,6 +102,9 @@ func newLockReleaseCmd(cf *clientFlags) *cobra.Command {
 	}
 	c.Flags().StringVar(&owner, "owner", "", "owner secret of the lease (required)")
 	c.Flags().Uint64Var(&fencingToken, "fencing-token", 0, "the lease's fencing token: the release then fails rather than drop a hold of a newer lease")
+	// `coord lock run` gives its command COORDKIT_FENCING_TOKEN for its own lease: a release
+	// of another lock inside that command must not check against it.
+	config.NoEnv(c.Flags(), "fencing-token")
 	return c
 }
 

@@ -63,8 +63,7 @@ exceeded, not authenticated).`,
 
 // annotateEnv appends each flag's environment variable to its help text, in the whole tree.
 func annotateEnv(cmd *cobra.Command) {
-	config.AnnotateEnv(cmd.PersistentFlags())
-	config.AnnotateEnv(cmd.LocalFlags())
+	config.AnnotateEnv(cmd.LocalFlags()) // a command's own flags, its persistent ones included
 	for _, c := range cmd.Commands() {
 		annotateEnv(c)
 	}

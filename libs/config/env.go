@@ -23,14 +23,27 @@ func EnvName(name string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// noEnv lists flags that never read the environment: help and version ask for output, not
-// settings; fencing-token names one lease, and COORDKIT_FENCING_TOKEN is what `coord lock
-// run` gives its command for the lease of its own key, which a release of any other key
-// inside that command must not check against.
-var noEnv = map[string]bool{"help": true, "version": true, "fencing-token": true}
+// noEnvAnnotation marks a flag that never reads the environment (see NoEnv).
+const noEnvAnnotation = "coordkit_no_env"
 
-// HasEnv reports whether the flag called name falls back to its environment variable.
-func HasEnv(name string) bool { return !noEnv[name] }
+// NoEnv marks the flag called name in fs as one that never falls back to its environment
+// variable: for a flag whose variable means something else in the environments it runs in.
+// It panics when fs has no such flag, a programming error.
+func NoEnv(fs *pflag.FlagSet, name string) {
+	if err := fs.SetAnnotation(name, noEnvAnnotation, []string{"true"}); err != nil {
+		panic("config: " + err.Error())
+	}
+}
+
+// hasEnv reports whether f falls back to its environment variable: not help and version
+// (they ask for output, not settings), nor a flag marked with NoEnv.
+func hasEnv(f *pflag.Flag) bool {
+	if f.Name == "help" || f.Name == "version" {
+		return false
+	}
+	_, marked := f.Annotations[noEnvAnnotation]
+	return !marked
+}
 
 // ApplyEnv sets every flag of fs that was not given on the command line from its environment
 // variable, when that variable is set. Call it after parsing. A bad value is an error naming
@@ -38,7 +51,7 @@ func HasEnv(name string) bool { return !noEnv[name] }
 func ApplyEnv(fs *pflag.FlagSet) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || !HasEnv(f.Name) {
+		if err != nil || f.Changed || !hasEnv(f) {
 			return
 		}
 		v, ok := os.LookupEnv(EnvName(f.Name))
@@ -52,14 +65,6 @@ func ApplyEnv(fs *pflag.FlagSet) error {
 	return err
 }
 
-// Parse parses args into fs and then applies the environment fallbacks.
-func Parse(fs *pflag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	return ApplyEnv(fs)
-}
-
 // envNote is what AnnotateEnv appends to a flag's usage; its presence marks the flag done.
 func envNote(name string) string { return " [$" + EnvName(name) + "]" }
 
@@ -68,7 +73,7 @@ func envNote(name string) string { return " [$" + EnvName(name) + "]" }
 // a flag shared by several sets is annotated once.
 func AnnotateEnv(fs *pflag.FlagSet) {
 	fs.VisitAll(func(f *pflag.Flag) {
-		if HasEnv(f.Name) && !strings.HasSuffix(f.Usage, envNote(f.Name)) {
+		if hasEnv(f) && !strings.HasSuffix(f.Usage, envNote(f.Name)) {
 			f.Usage += envNote(f.Name)
 		}
 	})

@@ -22,6 +22,7 @@ func TestParseEnvFallback(t *testing.T) {
 		{name: "flag beats bad env", args: []string{"--count", "2"}, env: map[string]string{"COORDKIT_COUNT": "many"}, want: "127.0.0.1:8080"},
 		{name: "bad env value", env: map[string]string{"COORDKIT_COUNT": "many"}, wantErr: "COORDKIT_COUNT"},
 		{name: "help never from env", env: map[string]string{"COORDKIT_HELP": "true"}, want: "127.0.0.1:8080"},
+		{name: "a NoEnv flag never from env", env: map[string]string{"COORDKIT_FENCING_TOKEN": "not a number"}, want: "127.0.0.1:8080"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -33,7 +34,12 @@ func TestParseEnvFallback(t *testing.T) {
 			addr := fs.String("listen-addr", "127.0.0.1:8080", "")
 			fs.Int("count", 1, "")
 			help := fs.Bool("help", false, "")
-			err := Parse(fs, tt.args)
+			fs.Int("fencing-token", 0, "")
+			NoEnv(fs, "fencing-token")
+			err := fs.Parse(tt.args)
+			if err == nil {
+				err = ApplyEnv(fs)
+			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Parse error = %v, want one naming %s", err, tt.wantErr)
