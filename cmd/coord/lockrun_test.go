@@ -130,11 +130,12 @@ func TestLockRunLeaseLost(t *testing.T) {
 	t.Parallel()
 	url := serve(t)
 	tests := []struct {
-		name, trap string
-		code       int
+		name, trap, grace string
+		code              int
 	}{
-		{name: "stops on SIGTERM", trap: `trap 'echo got-term; exit 9' TERM`, code: 9},
-		{name: "killed after grace", trap: `trap '' TERM`, code: 128 + 9},
+		// A long grace: the shell exits on SIGTERM at once, however loaded the host.
+		{name: "stops on SIGTERM", trap: `trap 'echo got-term; exit 9' TERM`, grace: "10s", code: 9},
+		{name: "killed after grace", trap: `trap '' TERM`, grace: "300ms", code: 128 + 9},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,7 +145,7 @@ func TestLockRunLeaseLost(t *testing.T) {
 			done := make(chan result, 1)
 			start := time.Now()
 			go func() {
-				done <- cli(t, "lock", "run", key, "--server", url, "--ttl", "1s", "--owner", owner, "--grace", "300ms", "--", "sh", "-c", script, "sh", dir)
+				done <- cli(t, "lock", "run", key, "--server", url, "--ttl", "1s", "--owner", owner, "--grace", tt.grace, "--", "sh", "-c", script, "sh", dir)
 			}()
 			waitFile(t, filepath.Join(dir, "started"))
 			if r := cli(t, "lock", "release", key, "--server", url, "--owner", owner); r.code != 0 {

@@ -85,8 +85,9 @@ func TestCLITLSAndToken(t *testing.T) {
 		t.Fatalf("watch without a token = exit %d %q, want 3, unauthenticated", r.code, r.stderr)
 	}
 
-	// The SDK's watchdog renews over TLS with the token while `lock run` holds the lock.
-	r := cli(t, append(append([]string{"lock", "run", "cli:tls-run", "--ttl", "300ms"}, authed...), "--", "sh", "-c", "sleep 0.5; echo $COORDKIT_FENCING_TOKEN")...)
+	// The SDK's watchdog renews over TLS with the token while `lock run` holds the lock: the
+	// command outlives the first renewal (ttl/3) with a 3s lease's margin for a loaded host.
+	r := cli(t, append(append([]string{"lock", "run", "cli:tls-run", "--ttl", "3s"}, authed...), "--", "sh", "-c", "sleep 1.5; echo $COORDKIT_FENCING_TOKEN")...)
 	if r.code != 0 || strings.TrimSpace(r.stdout) == "" {
 		t.Fatalf("lock run over TLS = exit %d %q %q", r.code, r.stdout, r.stderr)
 	}

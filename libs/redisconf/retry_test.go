@@ -51,12 +51,20 @@ func (d *replyDropper) serve(in net.Conn) {
 		in.Close()
 		return
 	}
-	var dropping atomic.Bool // the reply of this connection's EVAL must not pass
+	var dropping atomic.Bool       // the reply of this connection's EVAL must not pass
+	replied := make(chan struct{}) // closed when that reply arrived: the script has run
 	go func() {
 		buf := make([]byte, 64<<10)
+		signaled := false
 		for {
 			n, err := out.Read(buf)
-			if n > 0 && !dropping.Load() {
+			switch {
+			case n > 0 && dropping.Load():
+				if !signaled {
+					signaled = true
+					close(replied)
+				}
+			case n > 0:
 				in.Write(buf[:n]) //nolint:errcheck // a failed write ends the copy below
 			}
 			if err != nil {
@@ -73,7 +81,10 @@ func (d *replyDropper) serve(in net.Conn) {
 			dropping.Store(drop)
 			out.Write(buf[:n]) //nolint:errcheck // a failed write ends the copy below
 			if drop {
-				time.Sleep(100 * time.Millisecond) // the script runs; its reply is dropped
+				select { // the script runs; its reply is dropped
+				case <-replied:
+				case <-time.After(10 * time.Second):
+				}
 				in.Close()
 				out.Close()
 				return
