@@ -156,6 +156,13 @@ func TestAuth(t *testing.T) {
 		}
 	})
 
+	t.Run("refusals counted", func(t *testing.T) {
+		_, body := getStatus(t, h1, base+"/metrics")
+		if !strings.Contains(body, `code="unauthenticated"`) {
+			t.Errorf("/metrics counts no unauthenticated call after refusals:\n%.2000s", body)
+		}
+	})
+
 	t.Run("exempt", func(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 			if code, body := getStatus(t, h1, base+path); code != http.StatusOK {

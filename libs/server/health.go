@@ -94,6 +94,18 @@ func (s *serviceHealth) failures(ctx context.Context, ttl time.Duration) map[str
 	return failed
 }
 
+// failures runs the checks of the named services at once (a backend they share that hangs
+// costs one checkTimeout, not one per service) and returns each one's failed backends.
+func (h *health) failures(ctx context.Context, names []string) []map[string]string {
+	out := make([]map[string]string, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() { out[i] = h.services[n].failures(ctx, h.ttl) })
+	}
+	wg.Wait()
+	return out
+}
+
 // Check implements grpchealth.Checker.
 func (h *health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	var names []string
@@ -105,8 +117,8 @@ func (h *health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpc
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("server: unknown service "+req.Service))
 	}
 	status := grpchealth.StatusServing
-	for _, n := range names {
-		if len(h.services[n].failures(ctx, h.ttl)) > 0 {
+	for _, failed := range h.failures(ctx, names) {
+		if len(failed) > 0 {
 			status = grpchealth.StatusNotServing
 		}
 	}
@@ -123,9 +135,9 @@ type readiness struct {
 // body naming every backend and the error of each failing one.
 func (h *health) readyz(w http.ResponseWriter, r *http.Request) {
 	body := readiness{Ready: true, Services: map[string]map[string]string{}}
-	for _, n := range h.order {
-		s := h.services[n]
-		failed := s.failures(r.Context(), h.ttl)
+	all := h.failures(r.Context(), h.order)
+	for i, n := range h.order {
+		s, failed := h.services[n], all[i]
 		backends := map[string]string{}
 		for _, b := range slices.Sorted(maps.Keys(s.checks)) {
 			backends[b] = "ok"

@@ -141,11 +141,13 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 // error as the Connect error the client gets), panic recovery, the request size limit and a
 // gzip that stops inflating at that limit.
 func (s *Server) HandlerOptions() []connect.HandlerOption {
-	interceptors := []connect.Interceptor{s.rpc, logInterceptor{log: s.cfg.Logger}, edgeErrors{}}
+	interceptors := []connect.Interceptor{s.rpc}
 	if s.cfg.Tokens != nil {
-		// First, so that the caller's name is in the context every other one logs with.
-		interceptors = append([]connect.Interceptor{authInterceptor{tokens: s.cfg.Tokens, log: s.cfg.Logger}}, interceptors...)
+		// After the metrics, so refused calls are counted (unauthenticated); before the rest,
+		// so the caller's name is in the context they log with.
+		interceptors = append(interceptors, authInterceptor{tokens: s.cfg.Tokens, log: s.cfg.Logger})
 	}
+	interceptors = append(interceptors, logInterceptor{log: s.cfg.Logger}, edgeErrors{})
 	return []connect.HandlerOption{
 		connect.WithInterceptors(interceptors...),
 		edgeCodecs(), // JSON decode errors name the field (jsoncodec.go); needs edgeErrors
