@@ -7,9 +7,10 @@ BUF     := GOWORK=off go tool -modfile=../tools/go.mod buf
 
 .PHONY: run build wait-ready test backends lint generate check-generated vet standalone bench-lock bench-id bench-contend bench-task
 
-## run: build bin/coord, then start coordkit with the embedded defaults (SQLite in ./coordkit-data), nothing to install
+## run: build bin/coord, then start coordkit with the embedded defaults (SQLite in ./coordkit-data) on ADDR, nothing to install
+ADDR ?= 127.0.0.1:8080
 run: build
-	bin/coord serve $(ARGS)
+	bin/coord serve --addr $(ADDR) $(ARGS)
 
 ## build: compile bin/coord (the first build downloads and compiles the dependencies: a minute or two)
 build:
@@ -17,7 +18,6 @@ build:
 	go build -o bin/coord ./cmd/coord
 
 ## wait-ready: wait until the server at ADDR (default 127.0.0.1:8080) answers /readyz, up to 5 minutes (a first build)
-ADDR ?= 127.0.0.1:8080
 wait-ready:
 	@echo "waiting for http://$(ADDR)/readyz ..." >&2; \
 	for i in $$(seq 600); do \

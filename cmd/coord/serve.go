@@ -185,7 +185,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	}
 
 	scfg := server.Config{
-		Addr: cfg.addr, Logger: logger, CompressMinBytes: cfg.compressMin,
+		Logger: logger, CompressMinBytes: cfg.compressMin,
 		BodyTimeout: cfg.bodyTimeout, MaxConns: cfg.maxConns,
 	}
 	// The TLS and tokens files first: a bad one fails before any backend is touched.

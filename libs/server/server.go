@@ -27,8 +27,6 @@ import (
 
 // Config holds the server settings. The zero value of every field means its default.
 type Config struct {
-	// Addr is the TCP address to listen on; default 127.0.0.1:8080.
-	Addr string
 	// Logger receives request and lifecycle logs; default slog.Default().
 	Logger *slog.Logger
 	// ReadHeaderTimeout bounds how long a client may take to send request headers; default 10s.
@@ -65,9 +63,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Addr == "" {
-		c.Addr = "127.0.0.1:8080"
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -232,14 +227,6 @@ func (s *Server) Reload() error {
 	return err
 }
 
-// ListenAndServe listens on Config.Addr and serves until ctx ends, then drains gracefully.
-func (s *Server) ListenAndServe(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("server: listen: %w", err)
-	}
-	return s.Serve(ctx, ln)
-}
 
 // Serve serves on ln until ctx ends, then stops accepting, waits up to ShutdownTimeout for
 // in-flight requests and returns. It returns nil after a clean shutdown.

@@ -7,10 +7,7 @@ package snowflake
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/coordkit/coordkit/libs/server"
 )
 
 // Layout of an ID, from the most significant bit: 1 zero sign bit, TimeBits of milliseconds
@@ -70,13 +67,4 @@ func Decode(id int64, now time.Time) (ID, error) {
 		Worker:   int(id >> SequenceBits & MaxWorker),
 		Sequence: int(id & MaxSequence),
 	}, nil
-}
-
-// Parse reads a decimal snowflake ID as returned by the service.
-func Parse(s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s is not a decimal 63-bit integer", ErrNotSnowflake, server.Quote(s))
-	}
-	return id, nil
 }

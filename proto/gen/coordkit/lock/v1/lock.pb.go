@@ -186,7 +186,9 @@ type LockState struct {
 	Backend string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
 	// Whether someone holds the lock now.
 	Held bool `protobuf:"varint,3,opt,name=held,proto3" json:"held,omitempty"`
-	// A stable fingerprint of the holder's owner secret (not the secret), to tell holders apart.
+	// A random id of the current lease, drawn when it began and kept by re-entries and renewals:
+	// the same for every instance and event of that lease, different for the next lease (also of
+	// the same owner). Nothing about the owner secret can be learned or confirmed from it.
 	HolderId string `protobuf:"bytes,4,opt,name=holder_id,json=holderId,proto3" json:"holder_id,omitempty"`
 	// The holder's fencing token.
 	FencingToken uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
@@ -925,7 +927,7 @@ type LockEvent struct {
 	// The fencing token of the lease the event is about: the new holder's for acquired, the
 	// lease that ended for released and expired.
 	FencingToken uint64 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	// The holder's fingerprint, as Inspect reports it (not the owner secret).
+	// The lease's random id, as Inspect reports it (see LockState.holder_id).
 	HolderId string `protobuf:"bytes,5,opt,name=holder_id,json=holderId,proto3" json:"holder_id,omitempty"`
 	// For acquired: when the new lease ends unless renewed.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
