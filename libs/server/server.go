@@ -227,7 +227,6 @@ func (s *Server) Reload() error {
 	return err
 }
 
-
 // Serve serves on ln until ctx ends, then stops accepting, waits up to ShutdownTimeout for
 // in-flight requests and returns. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {

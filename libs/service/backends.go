@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -51,4 +52,14 @@ func ResolveBackend[B any](backends map[string]B, def, name string) (string, B, 
 // BackendNames lists backends' names, sorted and comma-separated.
 func BackendNames[B any](backends map[string]B) string {
 	return strings.Join(slices.Sorted(maps.Keys(backends)), ", ")
+}
+
+// BackendChecks makes one health check per backend from probe, a cheap read that reaches the
+// backend and changes nothing (Mounted.Checks).
+func BackendChecks[B any](backends map[string]B, probe func(context.Context, B) error) map[string]server.Check {
+	out := make(map[string]server.Check, len(backends))
+	for name, b := range backends {
+		out[name] = func(ctx context.Context) error { return probe(ctx, b) }
+	}
+	return out
 }

@@ -237,7 +237,9 @@ func (s *Store) Delete(ctx context.Context, tag string) (Tag, error) {
 	if n == 0 {
 		return Tag{}, fmt.Errorf("%w: %q", ErrNotFound, tag)
 	}
-	// Nothing changes a tombstone's max_id: this read sees it as it was deleted.
+	// A CreateTag racing this call may revive the tag between the two statements; the read
+	// then returns the revived row, whose max_id is at or above the tombstone's, so the answer
+	// still never names a start below where the deleted tag stopped.
 	t, _, err := s.read(ctx, tag)
 	return t, err
 }

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/services/lock"
@@ -99,7 +98,10 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 		// The service stops its event subscriptions and closes every backend.
 		Close:   svc.Close,
 		Summary: []any{"lock_backends", strings.Join(slices.Sorted(maps.Keys(backends)), ","), "default", def},
-		Checks:  checks(backends),
+		Checks: service.BackendChecks(backends, func(ctx context.Context, b lock.Backend) error {
+			_, err := b.Inspect(ctx, healthKey)
+			return err
+		}),
 	}, nil
 }
 
@@ -107,15 +109,3 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 // the backend (a Redis script, a SQL SELECT, a ZooKeeper read, a Redlock quorum) and changes
 // nothing.
 const healthKey = "coordkit:health"
-
-// checks are the backends' health checks: each inspects healthKey.
-func checks(backends map[string]lock.Backend) map[string]server.Check {
-	out := make(map[string]server.Check, len(backends))
-	for name, b := range backends {
-		out[name] = func(ctx context.Context) error {
-			_, err := b.Inspect(ctx, healthKey)
-			return err
-		}
-	}
-	return out
-}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/services/taskpick"
@@ -69,22 +68,13 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	return &service.Mounted{
 		Path: path, Handler: h, Close: closers.Close,
 		Summary: []any{"task_backends", strings.Join(slices.Sorted(maps.Keys(backends)), ","), "default", def},
-		Checks:  checks(backends),
+		Checks: service.BackendChecks(backends, func(ctx context.Context, b taskpick.Backend) error {
+			_, err := b.Stats(ctx, healthPool)
+			return err
+		}),
 	}, nil
 }
 
 // healthPool is the pool that health checks read the stats of: a pool nobody uses, so the
 // read is a round trip to the backend that finds nothing and changes nothing.
 const healthPool = "coordkit-health"
-
-// checks are the backends' health checks: each reads healthPool's stats.
-func checks(backends map[string]taskpick.Backend) map[string]server.Check {
-	out := make(map[string]server.Check, len(backends))
-	for name, b := range backends {
-		out[name] = func(ctx context.Context) error {
-			_, err := b.Stats(ctx, healthPool)
-			return err
-		}
-	}
-	return out
-}
