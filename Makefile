@@ -1,7 +1,7 @@
 # The two commands a newcomer needs: `make run` and `make test`. Everything else is here for
 # the people changing coordkit.
 
-MODULES := proto libs services/lock services/idgen services/taskpick cmd/coord
+MODULES := proto libs services/lock services/idgen services/taskpick cmd/coord e2e
 PKGS    := github.com/coordkit/coordkit/...
 BUF     := GOWORK=off go tool -modfile=../tools/go.mod buf
 

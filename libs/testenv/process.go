@@ -25,19 +25,22 @@ func FreePort(t testing.TB) int {
 // loopback is 127.0.0.1:port.
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
-// syncBuffer is a bytes.Buffer safe for a server process's writer and the test's reader.
-type syncBuffer struct {
+// LogBuffer collects a server process's output: safe for the process's writer and the
+// test's reader at once.
+type LogBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *LogBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
@@ -58,7 +61,7 @@ type serverProcess struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd exited
-	out  *syncBuffer   // the server's output, for failure messages
+	out  *LogBuffer   // the server's output, for failure messages
 }
 
 // startServer looks up the binary named by envVar (default name, then each of fallbacks),
@@ -124,10 +127,10 @@ func (p *serverProcess) start() error {
 	if p.cmd != nil {
 		return nil
 	}
-	p.out = &syncBuffer{}
+	p.out = &LogBuffer{}
 	cmd := exec.Command(p.bin, p.args(p.port)...)
 	cmd.Stdout, cmd.Stderr = p.out, p.out
-	done, err := startUntilReady(cmd, fmt.Sprintf("%s on port %d", p.name, p.port), p.out,
+	done, err := StartUntilReady(cmd, fmt.Sprintf("%s on port %d", p.name, p.port), p.out,
 		func() error { return p.ready(p.port) }, p.timeout)
 	if err != nil {
 		return err
@@ -136,10 +139,10 @@ func (p *serverProcess) start() error {
 	return nil
 }
 
-// startUntilReady starts cmd and polls ready until it succeeds, the process exits, or timeout
+// StartUntilReady starts cmd and polls ready until it succeeds, the process exits, or timeout
 // passes (then the process is killed). done is closed when the process exits. name and out
 // (the process's output) make the error say what failed.
-func startUntilReady(cmd *exec.Cmd, name string, out *syncBuffer, ready func() error, timeout time.Duration) (done chan struct{}, err error) {
+func StartUntilReady(cmd *exec.Cmd, name string, out *LogBuffer, ready func() error, timeout time.Duration) (done chan struct{}, err error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

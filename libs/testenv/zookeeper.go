@@ -85,7 +85,7 @@ func (z *ZooKeeperProcess) Start() {
 		"ZOO_LOG_DIR="+z.dir,
 		"JVMFLAGS=-Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 	)
-	out := new(syncBuffer)
+	out := new(LogBuffer)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		z.t.Fatalf("testenv: start ZooKeeper: %v", err)

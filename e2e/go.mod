@@ -1,0 +1,30 @@
+module github.com/coordkit/coordkit/e2e
+
+go 1.26.0
+
+replace (
+	github.com/coordkit/coordkit/libs => ../libs
+	github.com/coordkit/coordkit/proto => ../proto
+)
+
+require github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
+
+require (
+	connectrpc.com/connect v1.21.1 // indirect
+	connectrpc.com/grpchealth v1.4.0 // indirect
+	connectrpc.com/grpcreflect v1.3.1 // indirect
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
