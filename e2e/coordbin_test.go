@@ -50,7 +50,9 @@ type buildError struct {
 	out string
 }
 
-func (e *buildError) Error() string { return "e2e: deploy/build-static.sh: " + e.err.Error() + "\n" + e.out }
+func (e *buildError) Error() string {
+	return "e2e: deploy/build-static.sh: " + e.err.Error() + "\n" + e.out
+}
 
 // coordPath returns the built binary, failing the test when it could not be built.
 func coordPath(t testing.TB) string {
