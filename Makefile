@@ -3,9 +3,25 @@
 
 MODULES := proto libs services/lock services/idgen services/taskpick cmd/coord e2e
 PKGS    := github.com/coordkit/coordkit/...
-BUF     := GOWORK=off go tool -modfile=../tools/go.mod buf
 
-.PHONY: run build wait-ready test backends lint generate check-generated vet standalone bench-lock bench-id bench-contend bench-task
+# buf is the prebuilt binary from the npm registry, its version and integrity pinned by
+# tools/buf/package-lock.json (`make buf` installs it; no node needed to run it). The plugins
+# it runs stay `go tool` (proto/buf.gen.yaml), hence GOWORK=off. Where tools/buf pins no
+# binary (only Linux x86-64 and arm64 are there) or npm is missing, buf is built with go.
+BUF_VERSION := $(shell sed -n 's/.*"@bufbuild\/buf-linux-x64": *"\([^"]*\)".*/\1/p' tools/buf/package.json)
+BUF_PKG     := $(shell case "$$(uname -s)/$$(uname -m)" in (Linux/x86_64) echo buf-linux-x64;; (Linux/aarch64|Linux/arm64) echo buf-linux-aarch64;; esac)
+ifneq ($(BUF_PKG),)
+ifneq ($(shell command -v npm)$(wildcard tools/buf/node_modules/@bufbuild/$(BUF_PKG)/bin/buf),)
+BUF_BIN     := $(CURDIR)/tools/buf/node_modules/@bufbuild/$(BUF_PKG)/bin/buf
+endif
+endif
+ifdef BUF_BIN
+BUF         := GOWORK=off $(BUF_BIN)
+else
+BUF         := GOWORK=off go run github.com/bufbuild/buf/cmd/buf@v$(BUF_VERSION)
+endif
+
+.PHONY: run build wait-ready test backends buf lint generate check-generated vet standalone bench bench-lock bench-id bench-contend bench-task
 
 ## run: build bin/coord, then start coordkit with the embedded defaults (SQLite in ./coordkit-data) on ADDR, nothing to install
 ADDR ?= 127.0.0.1:8080
@@ -34,15 +50,27 @@ test: backends lint check-generated vet standalone
 backends:
 	deploy/dev/backends.sh up
 
-lint:
+## buf: install the pinned prebuilt buf into tools/buf from the npm registry (nothing to do when it is there)
+buf:
+ifdef BUF_BIN
+	@if [ "$$($(BUF_BIN) --version 2>/dev/null)" != "$(BUF_VERSION)" ]; then \
+		echo "installing buf $(BUF_VERSION) ($(BUF_PKG)) from the npm registry into tools/buf" >&2; \
+		npm ci --prefix tools/buf --no-audit --no-fund --ignore-scripts --loglevel=error && \
+		test "$$($(BUF_BIN) --version)" = "$(BUF_VERSION)"; \
+	fi
+else
+	@echo "no prebuilt buf for $$(uname -s)/$$(uname -m) in tools/buf, or no npm: building buf $(BUF_VERSION) with go instead (minutes the first time)" >&2
+endif
+
+lint: buf
 	cd proto && $(BUF) lint
 
 ## generate: regenerate proto/gen after changing a .proto file
-generate:
+generate: buf
 	cd proto && $(BUF) generate
 
 ## check-generated: fail when proto/gen differs from what the .proto files generate
-check-generated:
+check-generated: buf
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	(cd proto && $(BUF) generate --output "$$tmp") && \
 	if ! diff -r "$$tmp/gen" proto/gen >/dev/null; then \
@@ -57,6 +85,10 @@ vet:
 ## standalone: every module builds on its own (GOWORK=off), as a Docker build would
 standalone:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go build ./...) || exit 1; done
+
+## bench: every benchmark below with its peers, shorter runs (about 4 minutes), into docs/benchmarks.md with the machine, commit and date
+bench: backends
+	go run ./cmd/coord bench all --report docs/benchmarks.md
 
 ## bench-lock: the lock benchmark, every backend, against go-redsync on the dev Redis nodes
 bench-lock: backends

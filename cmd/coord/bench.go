@@ -1,14 +1,18 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // newBenchCmd builds `coord bench` and its subcommands.
 func newBenchCmd() *cobra.Command {
 	c := newGroupCmd("bench", "measure coordkit against peer libraries")
 	c.Long = `Measure coordkit against the libraries people use instead, on the real backends. Each command
-prints a table, or JSON with --json; the report has the numbers of every run.`
+prints a table, or JSON with --json; all runs them all and writes the Markdown report
+docs/benchmarks.md (make bench).`
 
 	lock := &cobra.Command{Use: "lock", Short: "acquire+release pairs/s and latency of the lock service, against go-redsync", Args: argsExactly()}
 	lockCfg := benchLockFlags(lock.Flags())
@@ -46,6 +50,22 @@ prints a table, or JSON with --json; the report has the numbers of every run.`
 		return benchTask(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	}
 
-	c.AddCommand(lock, id, contend, task)
+	all := &cobra.Command{Use: "all", Short: "every benchmark above with its peers, shorter runs, and a Markdown report (make bench)", Args: argsExactly()}
+	all.Long = `Run lock, id, task and contend one after another, each with its own defaults (the dev backends
+of deploy/dev) except for the shorter runs set here, print their tables, and write one Markdown
+report with the machine, the backend and peer versions, the date, the commit and the command of
+every table. COORDKIT_* variables apply to the flags below only.`
+	allCfg := benchAllFlags(all.Flags())
+	all.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := allCfg()
+		if err != nil {
+			return usageErr(cmd, err)
+		}
+		cmdline := []string{cmd.CommandPath()}
+		cmd.Flags().Visit(func(f *pflag.Flag) { cmdline = append(cmdline, "--"+f.Name, f.Value.String()) })
+		return benchAll(cmd.Context(), cfg, strings.Join(cmdline, " "), cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
+
+	c.AddCommand(lock, id, contend, task, all)
 	return c
 }

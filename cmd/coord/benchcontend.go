@@ -138,9 +138,19 @@ func (cfg contendConfig) check(targets, redlockAddrs, zkAddrs string) (contendCo
 // the wait to get the lock, how evenly the clients were served, errors and any breach of
 // mutual exclusion, next to go-redsync polling the same Redis.
 func benchContend(ctx context.Context, cfg contendConfig, stdout, stderr io.Writer) error {
+	results, err := measureContention(ctx, cfg, stderr)
+	if werr := writeContendReport(stdout, results, cfg.asJSON); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
+}
+
+// measureContention runs every target of cfg, one after another; the results are those of
+// the targets that ran, even when it also returns an error.
+func measureContention(ctx context.Context, cfg contendConfig, stderr io.Writer) ([]contendResult, error) {
 	logger, err := newLogger(stderr, "warn", "text")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	redis.SetLogger(redisLog{logger}) // as `coord serve` does
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -185,10 +195,7 @@ func benchContend(ctx context.Context, cfg contendConfig, stdout, stderr io.Writ
 		}
 		results = append(results, r)
 	}
-	if err := writeContendReport(stdout, results, cfg.asJSON); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return results, errors.Join(errs...)
 }
 
 // contendLock acquires the benchmark's one lock, waiting for it, and returns the lease's

@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"text/tabwriter"
 	"time"
 )
 
@@ -148,10 +147,12 @@ func writeContendReport(w io.Writer, results []contendResult, asJSON bool) error
 		}
 		return nil
 	}
-	width := len("target")
-	for _, r := range results {
-		width = max(width, len(r.Target))
-	}
+	return writeTables(w, contendTable(results))
+}
+
+// contendTable is the table of `coord bench contend`: one row per target, then one ratio
+// line per service target.
+func contendTable(results []contendResult) benchTable {
 	dash := func(n int, ok bool) string {
 		if !ok {
 			return "-"
@@ -164,21 +165,16 @@ func writeContendReport(w io.Writer, results []contendResult, asJSON bool) error
 		}
 		return fmt.Sprintf("%.1f%%", *p)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tclients\tinst\thandoffs\thandoffs/s\twait p50\twait p99\twait max\tshare min\tshare max\tshare ±%%\terrors\toverlaps\tstale tokens\t\n", width, "target")
+	t := benchTable{header: []string{"target", "clients", "inst", "handoffs", "handoffs/s", "wait p50", "wait p99", "wait max",
+		"share min", "share max", "share ±%", "errors", "overlaps", "stale tokens"}}
 	for _, r := range results {
-		fmt.Fprintf(tw, "%-*s\t%d\t%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t\n", width, r.Target, r.Clients,
-			dash(r.Instances, r.Instances > 0), r.Handoffs, r.HandoffsPerSec,
-			fmtLatency(r.WaitP50), fmtLatency(r.WaitP99), fmtLatency(r.WaitMax), r.ShareMin, r.ShareMax,
-			pct(r.ShareSpread), r.Errors, r.Overlaps, dash(int(r.StaleTokens), isServiceTarget(r.Target)))
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("bench contend: %w", err)
+		t.rows = append(t.rows, []string{r.Target, strconv.Itoa(r.Clients), dash(r.Instances, r.Instances > 0),
+			strconv.Itoa(r.Handoffs), fmt.Sprintf("%.0f", r.HandoffsPerSec),
+			fmtLatency(r.WaitP50), fmtLatency(r.WaitP99), fmtLatency(r.WaitMax), strconv.Itoa(r.ShareMin), strconv.Itoa(r.ShareMax),
+			pct(r.ShareSpread), strconv.Itoa(r.Errors), strconv.FormatInt(r.Overlaps, 10), dash(int(r.StaleTokens), isServiceTarget(r.Target))})
 	}
 	for _, q := range contendRatios(results) {
-		if _, err := fmt.Fprintf(w, "ratio %s ÷ %s: handoffs/s %.2f, wait p99 %.2f\n", q.Target, q.Peer, q.Handoffs, q.WaitP99); err != nil {
-			return fmt.Errorf("bench contend: %w", err)
-		}
+		t.notes = append(t.notes, fmt.Sprintf("ratio %s ÷ %s: handoffs/s %.2f, wait p99 %.2f", q.Target, q.Peer, q.Handoffs, q.WaitP99))
 	}
-	return nil
+	return t
 }

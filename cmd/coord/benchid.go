@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	bwsnowflake "github.com/bwmarrin/snowflake"
@@ -77,28 +76,43 @@ func benchIDFlags(fs *pflag.FlagSet) *benchIDConfig {
 // bwmarrin/snowflake and google/uuid, then IDs/s and latency through the service for single
 // IDs and batches, per mode.
 func benchID(ctx context.Context, cfg benchIDConfig, stdout, stderr io.Writer) error {
-	if cfg.clients < 1 || cfg.batch < 1 || cfg.batch > idgen.MaxCount || cfg.duration <= 0 {
-		return fmt.Errorf("bench: --clients and --duration must be positive and --batch within [1, %d]", idgen.MaxCount)
+	r, err := measureID(ctx, cfg, stderr)
+	if r.gens == nil && err != nil {
+		return err
 	}
+	if werr := writeIDReport(stdout, r.gens, r.sw, r.runs, cfg.asJSON); werr != nil {
+		return errors.Join(werr, err)
+	}
+	return err
+}
 
+// idMeasured is everything `coord bench id` measured.
+type idMeasured struct {
+	gens []genResult
+	sw   switchResult
+	runs []idRunResult
+}
+
+// measureID runs the generators, the segment switch and the service runs; gens is nil when
+// nothing could be measured, and the service runs are those that completed.
+func measureID(ctx context.Context, cfg benchIDConfig, stderr io.Writer) (idMeasured, error) {
+	if cfg.clients < 1 || cfg.batch < 1 || cfg.batch > idgen.MaxCount || cfg.duration <= 0 {
+		return idMeasured{}, fmt.Errorf("bench: --clients and --duration must be positive and --batch within [1, %d]", idgen.MaxCount)
+	}
 	gens, err := benchGenerators(ctx)
 	if err != nil {
-		return err
+		return idMeasured{}, err
 	}
 	sw, err := benchSegmentSwitch(ctx)
 	if err != nil {
-		return err
+		return idMeasured{}, err
 	}
 	url, modes, stop, err := openIDService(ctx, cfg)
 	if err != nil {
-		return err
+		return idMeasured{}, err
 	}
 	runs, runErr := runIDService(ctx, cfg, url, modes, stderr)
-	stopErr := stop()
-	if err := writeIDReport(stdout, gens, sw, runs, cfg.asJSON); err != nil {
-		return errors.Join(err, runErr, stopErr)
-	}
-	return errors.Join(runErr, stopErr)
+	return idMeasured{gens, sw, runs}, errors.Join(runErr, stop())
 }
 
 // benchGenerators measures each in-process generator for about a second.
@@ -303,34 +317,21 @@ func writeIDReport(w io.Writer, gens []genResult, sw switchResult, runs []idRunR
 			Service       []idRunResult `json:"service"`
 		}{gens, sw, runs})
 	}
-	width := len("generator")
-	for _, g := range gens {
-		width = max(width, len(g.Target))
+	return writeTables(w, idTables(gens, sw, runs)...)
+}
+
+// idTables are the tables of `coord bench id`: the in-process generators, the segment
+// switch line and the service runs.
+func idTables(gens []genResult, sw switchResult, runs []idRunResult) []benchTable {
+	g := benchTable{header: []string{"generator", "ns/op", "allocs/op"}}
+	for _, r := range gens {
+		g.rows = append(g.rows, []string{r.Target, fmt.Sprintf("%.1f", r.NsPerOp), strconv.FormatInt(r.Allocs, 10)})
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tns/op\tallocs/op\t\n", width, "generator")
-	for _, g := range gens {
-		fmt.Fprintf(tw, "%-*s\t%.1f\t%d\t\n", width, g.Target, g.NsPerOp, g.Allocs)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	if err := writeSwitch(w, sw); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	fmt.Fprintln(w)
-	width = len("target")
+	s := benchTable{header: []string{"target", "clients", "count", "calls", "calls/s", "ids/s", "p50", "p99", "max", "errors"}}
 	for _, r := range runs {
-		width = max(width, len(r.Target))
+		s.rows = append(s.rows, []string{r.Target, strconv.Itoa(r.Clients), strconv.Itoa(r.Count), strconv.Itoa(r.Pairs),
+			fmt.Sprintf("%.0f", r.PairsPerSec), fmt.Sprintf("%.0f", r.IDsPerSec), fmtLatency(r.P50), fmtLatency(r.P99),
+			fmtLatency(r.Max), strconv.Itoa(r.Errors)})
 	}
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tclients\tcount\tcalls\tcalls/s\tids/s\tp50\tp99\tmax\terrors\t\n", width, "target")
-	for _, r := range runs {
-		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%d\t\n", width, r.Target, r.Clients, r.Count, r.Pairs,
-			r.PairsPerSec, r.IDsPerSec, fmtLatency(r.P50), fmtLatency(r.P99), fmtLatency(r.Max), r.Errors)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	return nil
+	return []benchTable{g, {notes: []string{switchLine(sw)}}, s}
 }

@@ -146,18 +146,27 @@ func parseTargets(s string) ([]string, error) {
 // the latency of one pair on every selected target at every client count, one run at a
 // time, and prints a table (or JSON) with the service-to-redsync throughput ratios.
 func benchLock(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) error {
+	results, err := measureLock(ctx, cfg, stderr)
+	if results == nil && err != nil {
+		return err
+	}
+	if werr := writeReport(stdout, results, cfg.asJSON); werr != nil {
+		return errors.Join(werr, err)
+	}
+	return err
+}
+
+// measureLock opens the targets, runs them and closes them; the results are those of the
+// runs that completed, even when it also returns an error.
+func measureLock(ctx context.Context, cfg benchConfig, stderr io.Writer) ([]runResult, error) {
 	pairs, closeTargets, err := openTargets(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	results, runErr := profiled(cfg.cpuProfile, func() ([]runResult, error) {
 		return runAll(ctx, cfg, pairs, stderr)
 	})
-	closeErr := closeTargets()
-	if err := writeReport(stdout, results, cfg.asJSON); err != nil {
-		return errors.Join(err, runErr, closeErr)
-	}
-	return errors.Join(runErr, closeErr)
+	return results, errors.Join(runErr, closeTargets())
 }
 
 // profiled runs fn, under a CPU profile written to path unless path is empty.

@@ -6,7 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
-	"text/tabwriter"
+	"strconv"
 	"time"
 )
 
@@ -104,26 +104,21 @@ func writeReport(w io.Writer, results []runResult, asJSON bool) error {
 
 // writeTable prints one row per run and then one ratio line per client count.
 func writeTable(w io.Writer, results []runResult) error {
-	// Numbers align right; the target names are padded so that they align left.
-	width := len("target")
+	return writeTables(w, lockTable(results))
+}
+
+// lockTable is the table of `coord bench lock`: one row per run, then one ratio line per
+// service target and client count.
+func lockTable(results []runResult) benchTable {
+	t := benchTable{header: []string{"target", "clients", "pairs", "pairs/s", "p50", "p99", "max", "errors"}}
 	for _, r := range results {
-		width = max(width, len(r.Target))
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tclients\tpairs\tpairs/s\tp50\tp99\tmax\terrors\t\n", width, "target")
-	for _, r := range results {
-		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t\n", width, r.Target, r.Clients, r.Pairs, r.PairsPerSec,
-			fmtLatency(r.P50), fmtLatency(r.P99), fmtLatency(r.Max), r.Errors)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("bench: %w", err)
+		t.rows = append(t.rows, []string{r.Target, strconv.Itoa(r.Clients), strconv.Itoa(r.Pairs), fmt.Sprintf("%.0f", r.PairsPerSec),
+			fmtLatency(r.P50), fmtLatency(r.P99), fmtLatency(r.Max), strconv.Itoa(r.Errors)})
 	}
 	for _, q := range ratios(results) {
-		if _, err := fmt.Fprintf(w, "ratio %s ÷ %s at %d clients: %.2f\n", q.Target, q.Peer, q.Clients, q.Ratio); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
+		t.notes = append(t.notes, fmt.Sprintf("ratio %s ÷ %s at %d clients: %.2f", q.Target, q.Peer, q.Clients, q.Ratio))
 	}
-	return nil
+	return t
 }
 
 // writeJSON prints the results and ratios as one indented JSON object; durations are in

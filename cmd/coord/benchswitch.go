@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -97,9 +96,8 @@ func benchSegmentSwitch(ctx context.Context) (switchResult, error) {
 	return res, nil
 }
 
-// writeSwitch prints the switch measurement as two lines.
-func writeSwitch(w io.Writer, r switchResult) error {
-	_, err := fmt.Fprintf(w, "\nsegment switch (in-process, step %d): %d switching calls p50 %s p99 %s max %s; %d other calls p50 %s p99 %s max %s; p99 ratio %.2f\n",
+// switchLine describes the switch measurement in one line.
+func switchLine(r switchResult) string {
+	return fmt.Sprintf("segment switch (in-process, step %d): %d switching calls p50 %s p99 %s max %s; %d other calls p50 %s p99 %s max %s; p99 ratio %.2f",
 		r.Step, r.Switches, r.SwitchP50, r.SwitchP99, r.SwitchMax, r.Others, r.OtherP50, r.OtherP99, r.OtherMax, r.SwitchOver)
-	return err
 }

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
@@ -77,6 +76,16 @@ type taskResult struct {
 // beforehand, and the SDK's Work does the same; then hibiken/asynq on the same Redis as the
 // peer. It prints tasks/s, the ratio to asynq and the latency of a Pick.
 func benchTask(ctx context.Context, cfg taskBenchConfig, stdout, stderr io.Writer) error {
+	results, err := measureTasks(ctx, cfg, stderr)
+	if werr := writeTaskReport(stdout, results, cfg.asJSON); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
+}
+
+// measureTasks runs every backend of cfg and then asynq; the results are those of the runs
+// that completed, even when it also returns an error.
+func measureTasks(ctx context.Context, cfg taskBenchConfig, stderr io.Writer) ([]taskResult, error) {
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
 	var results []taskResult
 	var errs []error
@@ -104,10 +113,7 @@ func benchTask(ctx context.Context, cfg taskBenchConfig, stdout, stderr io.Write
 			fmt.Fprintf(stderr, "bench: %s count %d: %d errors, first: %s\n", r.Target, r.Count, r.Errors, r.FirstError)
 		}
 	}
-	if err := writeTaskReport(stdout, results, cfg.asJSON); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return results, errors.Join(errs...)
 }
 
 // benchTaskFlags adds the flags of `coord bench task` to fs and returns the function that
@@ -534,12 +540,12 @@ func writeTaskReport(w io.Writer, results []taskResult, asJSON bool) error {
 		}
 		return nil
 	}
-	width := len("target")
-	for _, r := range results {
-		width = max(width, len(r.Target))
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tcount\ttasks\tput/s\ttasks/s\tvs asynq\tpick p50\tpick p99\terrors\t\n", width, "target")
+	return writeTables(w, taskTable(results))
+}
+
+// taskTable is the table of `coord bench task`: one row per run.
+func taskTable(results []taskResult) benchTable {
+	t := benchTable{header: []string{"target", "count", "tasks", "put/s", "tasks/s", "vs asynq", "pick p50", "pick p99", "errors"}}
 	for _, r := range results {
 		ratio, p50, p99 := "-", "-", "-"
 		if r.Ratio > 0 {
@@ -548,11 +554,8 @@ func writeTaskReport(w io.Writer, results []taskResult, asJSON bool) error {
 		if r.PickP50 > 0 {
 			p50, p99 = fmtLatency(r.PickP50), fmtLatency(r.PickP99)
 		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%d\t\n", width, r.Target, r.Count, r.Tasks, r.PutPerSec,
-			r.TasksPerSec, ratio, p50, p99, r.Errors)
+		t.rows = append(t.rows, []string{r.Target, strconv.Itoa(r.Count), strconv.Itoa(r.Tasks), fmt.Sprintf("%.0f", r.PutPerSec),
+			fmt.Sprintf("%.0f", r.TasksPerSec), ratio, p50, p99, strconv.Itoa(r.Errors)})
 	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	return nil
+	return t
 }
