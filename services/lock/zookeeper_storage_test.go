@@ -54,7 +54,7 @@ func TestZooKeeperStorageBounded(t *testing.T) {
 	if _, _, err := b.Release(ctx, "order:reused", "o", 0); err != nil {
 		t.Fatalf("release order:reused: %v", err)
 	}
-	doomed.Close()
+	doomed.CloseSession() // as its session expiring would, without waiting for it
 
 	conn, _, err := zk.Connect([]string{server.Addr()}, 5*time.Second, zk.WithLogger(discardZK{}))
 	if err != nil {

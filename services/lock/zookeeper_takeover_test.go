@@ -36,7 +36,7 @@ func TestZooKeeperRenewThroughAnotherInstance(t *testing.T) {
 		},
 		{
 			name: "A's session closed",
-			kill: func(a *zklock.Backend, _ *testenv.Proxy) { a.Close() },
+			kill: func(a *zklock.Backend, _ *testenv.Proxy) { a.CloseSession() },
 		},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"errors"
 	"net"
 	"sync/atomic"
 	"time"
@@ -14,24 +15,44 @@ import (
 // its handshake alike, by the session timeout over the number of servers), so a silent server
 // costs one short retry. After that the library's own deadlines apply unchanged.
 
-// dialer connects like net.DialTimeout with the handshake deadlines capped.
-func dialer(session time.Duration) func(network, address string, timeout time.Duration) (net.Conn, error) {
+// The same connections carry Close's abandonment (see Backend.Close): once abandoned is set,
+// a write closes the socket instead of sending, and no new connection is dialed, so the
+// library's closeSession is never sent and the session ends by expiry.
+
+// errAbandoned is what the library sees from a connection of a closed backend.
+var errAbandoned = errors.New("zklock: backend closed; its session is left to expire")
+
+// dialer connects like net.DialTimeout with the handshake deadlines capped, and refuses once
+// abandoned is set.
+func dialer(session time.Duration, abandoned *atomic.Bool) func(network, address string, timeout time.Duration) (net.Conn, error) {
 	limit := session / 3
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		if abandoned.Load() {
+			return nil, errAbandoned
+		}
 		c, err := net.DialTimeout(network, address, timeout)
 		if err != nil {
 			return nil, err
 		}
-		return &handshakeConn{Conn: c, limit: limit}, nil
+		return &handshakeConn{Conn: c, limit: limit, abandoned: abandoned}, nil
 	}
 }
 
 // handshakeConn is a connection whose deadlines are capped at limit from now until its first
-// successful read.
+// successful read, and whose writes fail once abandoned is set.
 type handshakeConn struct {
 	net.Conn
-	limit time.Duration
-	heard atomic.Bool
+	limit     time.Duration
+	heard     atomic.Bool
+	abandoned *atomic.Bool
+}
+
+func (c *handshakeConn) Write(p []byte) (int, error) {
+	if c.abandoned.Load() {
+		c.Conn.Close()
+		return 0, errAbandoned
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *handshakeConn) Read(p []byte) (int, error) {

@@ -125,7 +125,7 @@ func TestTakeoverReleased(t *testing.T) {
 				t.Fatalf("release: %v", err)
 			}
 		}},
-		{name: "session closed", end: func(t *testing.T, a *Backend) { a.Close() }},
+		{name: "session closed", end: func(t *testing.T, a *Backend) { a.CloseSession() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -96,6 +96,11 @@ type Backend struct {
 	wg      sync.WaitGroup
 	closing sync.Once
 
+	// abandoned, set by Close, makes the connection fail its next write and refuse new dials,
+	// so the client library's closeSession never reaches the ensemble: the session, and the
+	// leases it holds, then end by expiry, never before the expiry their holders were told.
+	abandoned atomic.Bool
+
 	// wakeups counts a waiter's watch notifications; tests check a release wakes one waiter.
 	wakeups atomic.Int64
 }
@@ -106,8 +111,9 @@ var (
 )
 
 // Open connects to the ensemble at servers (host:port each), waits for a session (as long as
-// ctx allows), creates cfg.Root when missing and returns the backend. Close ends the session,
-// which frees every lock this backend still holds.
+// ctx allows), creates cfg.Root when missing and returns the backend. Close leaves the
+// session to expire, so the locks this backend holds stay held until then (or until a
+// renewal through another instance takes them over); CloseSession ends it at once.
 func Open(ctx context.Context, servers []string, cfg Config) (*Backend, error) {
 	if len(servers) == 0 {
 		return nil, errors.New("zklock: no ZooKeeper server given")
@@ -132,7 +138,7 @@ func Open(ctx context.Context, servers []string, cfg Config) (*Backend, error) {
 	b.orphans.init()
 	b.leases.init()
 
-	conn, _, err := zk.Connect(servers, cfg.SessionTimeout, zk.WithDialer(dialer(cfg.SessionTimeout)),
+	conn, _, err := zk.Connect(servers, cfg.SessionTimeout, zk.WithDialer(dialer(cfg.SessionTimeout, &b.abandoned)),
 		zk.WithLogger(zkLogger{b.log}), zk.WithLogInfo(false), zk.WithEventCallback(b.onEvent))
 	if err != nil {
 		b.stop()
@@ -173,19 +179,40 @@ func (b *Backend) start(ctx context.Context) error {
 	return nil
 }
 
-// Close ends the session: ZooKeeper deletes this backend's nodes at once, so its locks are
-// free and its waiters leave their lines. Background work stops before Close returns.
+// Close stops the backend without ending its session: the connection is dropped and the
+// ensemble expires the session after its timeout, as after a crash. Ending it instead would
+// make ZooKeeper delete this backend's lease nodes at once, and a rival would be granted a
+// lock whose holder was told it is held until a later expires_at (every reported expiry is
+// capped at the session timeout, so expiry never comes before it). Holders keep their locks
+// across a graceful restart of this instance by renewing through another one, which takes
+// the lease node over. Background work stops before Close returns.
 func (b *Backend) Close() error {
+	b.close(false)
+	return nil
+}
+
+// CloseSession ends the session at once: ZooKeeper deletes this backend's nodes, so its
+// locks are free and its waiters leave their lines, even before the expiry their holders
+// were told. Only for when every holder is known to be gone (tests simulate a session that
+// expired with it); a service shuts down with Close.
+func (b *Backend) CloseSession() error {
+	b.close(true)
+	return nil
+}
+
+func (b *Backend) close(endSession bool) {
 	b.closing.Do(func() {
 		b.mu.Lock()
 		b.closed = true
 		b.mu.Unlock()
 		b.stop()
 		b.timers.stopAll()
+		if !endSession {
+			b.abandoned.Store(true)
+		}
 		b.conn.Close()
 		b.wg.Wait()
 	})
-	return nil
 }
 
 // goTracked runs f in a goroutine Close waits for; after Close it does nothing and says so.

@@ -1,0 +1,53 @@
+package zklock
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestCloseLeavesSessionToExpire: a graceful Close (a coord instance's SIGTERM) must not free
+// the locks held through it before the expiry their holders were told: a rival trying all
+// the while is refused until then, and gets the lock once the session has expired. A Close
+// that ended the session would hand the lock over within milliseconds.
+func TestCloseLeavesSessionToExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	root := testRoot(t)
+	a, rival := openTest(t, root), openTest(t, root)
+	held, err := a.TryAcquire(ctx, "k", "o", time.Hour)
+	if err != nil || !held.Acquired {
+		t.Fatalf("acquire: (%+v, %v)", held, err)
+	}
+	closed := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(closed); d > 2*time.Second {
+		t.Errorf("Close took %v: abandoning the session must not wait for the library's timeouts", d)
+	}
+	if _, err := a.Inspect(ctx, "k"); err == nil {
+		t.Error("Inspect on a closed backend succeeded, want an error")
+	}
+	for {
+		att, err := rival.TryAcquire(ctx, "k", "r", time.Second)
+		if err != nil {
+			t.Fatalf("rival: %v", err)
+		}
+		if att.Acquired {
+			if now := time.Now(); now.Before(held.Lease.ExpiresAt) {
+				t.Fatalf("rival got the lock %v after Close, %v before the holder's reported expiry",
+					now.Sub(closed), held.Lease.ExpiresAt.Sub(now))
+			}
+			if att.Lease.FencingToken <= held.Lease.FencingToken {
+				t.Fatalf("rival's token %d, want above the old lease's %d", att.Lease.FencingToken, held.Lease.FencingToken)
+			}
+			t.Logf("rival got the lock %v after Close (session timeout 4s)", time.Since(closed))
+			return
+		}
+		if time.Since(closed) > 30*time.Second {
+			t.Fatal("the closed backend's session never expired: its lock is held for good")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
