@@ -61,7 +61,7 @@ type serverProcess struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd exited
-	out  *LogBuffer   // the server's output, for failure messages
+	out  *LogBuffer    // the server's output, for failure messages
 }
 
 // startServer looks up the binary named by envVar (default name, then each of fallbacks),
