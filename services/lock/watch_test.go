@@ -70,6 +70,11 @@ func testWatch(t *testing.T, bc backendCase) {
 	next := must(acquireWithin(ctx, b.client, key, ttl))(t)
 	for _, msgs := range []<-chan *lockv1.WatchResponse{keyMsgs, prefixMsgs} {
 		rel := nextMsg(t, msgs, "released").GetEvent()
+		if rel.GetKind() == lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED && rel.GetFencingToken() == held.GetFencingToken() {
+			// The first acquire's event: published after its reply, it can reach NATS after
+			// the watch subscribed (seen on a loaded machine). Late, not wrong: skip it.
+			rel = nextMsg(t, msgs, "released").GetEvent()
+		}
 		if rel.GetKind() != lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED || rel.GetKey() != key || rel.GetFencingToken() != held.GetFencingToken() {
 			t.Fatalf("want the release of token %d, got %v", held.GetFencingToken(), rel)
 		}
