@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -781,6 +782,42 @@ func TestComposeStatefulVolumes(t *testing.T) {
 						t.Errorf("volume %s is mounted by both %s and %s", v.Source, o, s.Name)
 					}
 					owner[v.Source] = s.Name
+				}
+			}
+		})
+	}
+}
+
+// composeMinStopGrace is coord's graceful drain on SIGTERM (libs/server's default
+// ShutdownTimeout): a stop_grace_period no longer than it lets Docker SIGKILL coord mid-drain.
+const composeMinStopGrace = 15 * time.Second
+
+// TestComposeCoordRuns: every coord service runs `serve` (no command or entrypoint replacing
+// the image's), listens on every interface of its container (on its loopback it would pass
+// its own healthcheck and be unreachable through its published port), comes back when it
+// dies, and gets longer than its drain to stop.
+func TestComposeCoordRuns(t *testing.T) {
+	t.Parallel()
+	for _, st := range composeStacks {
+		t.Run(st.file, func(t *testing.T) {
+			for _, s := range composeServices(composeLoad(t, st.file, nil)) {
+				if !composeIsCoord(s) {
+					continue
+				}
+				if len(s.Entrypoint) > 0 {
+					t.Errorf("%s: entrypoint %q replaces the image's coord", s.Name, s.Entrypoint)
+				}
+				if len(s.Command) > 0 && s.Command[0] != "serve" {
+					t.Errorf("%s: command %q, want the image's serve (or serve with flags)", s.Name, s.Command)
+				}
+				if addr := composeCoordEnv(t, s)[coordkitEnvPrefix+"ADDR"]; !listensOnAll(addr) {
+					t.Errorf("%s: COORDKIT_ADDR=%s listens on one interface; want 0.0.0.0 or [::]", s.Name, addr)
+				}
+				if s.Restart == "" || s.Restart == types.RestartPolicyNo {
+					t.Errorf("%s: restart %q: a crashed instance would stay down", s.Name, s.Restart)
+				}
+				if s.StopGracePeriod == nil || time.Duration(*s.StopGracePeriod) <= composeMinStopGrace {
+					t.Errorf("%s: stop_grace_period %v, want more than coord's %v drain", s.Name, s.StopGracePeriod, composeMinStopGrace)
 				}
 			}
 		})

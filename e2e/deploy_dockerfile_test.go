@@ -166,8 +166,11 @@ func (s dockerStage) healthcheck() ([]string, error) {
 // a FROM not pinned (scratch and earlier stages aside); no build stage running
 // deploy/build-static.sh, or a final stage that does not COPY that output to the path its
 // exec-form ENTRYPOINT runs; a final base with a shell (not scratch or distroless); a root
-// or missing USER; a HEALTHCHECK that is not the shipped binary's `health` in exec form on
-// the port ENV COORDKIT_ADDR listens on and EXPOSE names.
+// or missing USER, or one by name (scratch has no /etc/passwd to look it up); a HEALTHCHECK
+// that is not the shipped binary's `health` in exec form on the port ENV COORDKIT_ADDR listens
+// on and EXPOSE names; a COORDKIT_ADDR on one interface (the container's loopback: healthy to
+// its own HEALTHCHECK, unreachable through a published port); a default command that is not
+// `serve`; a data directory the USER cannot write; no CA roots (rediss://, TLS to MySQL).
 func dockerfileProblems(df dockerfile) []string {
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
@@ -192,6 +195,10 @@ func dockerfileProblems(df dockerfile) []string {
 				if f := strings.Fields(after); len(f) > 0 {
 					builtBy, builtAt = st.name, f[0]
 				}
+				// compose's build arg reaches the script only through an ARG of this stage.
+				if !slices.ContainsFunc(st.args("ARG"), func(a string) bool { return strings.HasPrefix(a, "COORDKIT_VERSION") }) {
+					bad("stage %s runs deploy/build-static.sh without ARG COORDKIT_VERSION: `coord version` in the image would not say its tag", st.name)
+				}
 			}
 		}
 	}
@@ -212,11 +219,38 @@ func dockerfileProblems(df dockerfile) []string {
 		bad("the final stage does not COPY --from=%s %s %s: ENTRYPOINT would not run what build-static.sh built", builtBy, builtAt, binary)
 	}
 
+	var user string
 	users := final.args("USER")
 	if len(users) == 0 {
 		bad("the final stage has no USER: coord would run as root")
 	} else if u, _, _ := strings.Cut(users[len(users)-1], ":"); u == "0" || u == "root" {
 		bad("final USER %s is root", users[len(users)-1])
+	} else if _, err := strconv.ParseUint(u, 10, 32); err != nil && final.base == "scratch" {
+		bad("final USER %s is a name; scratch has no /etc/passwd, give a numeric uid:gid", users[len(users)-1])
+	} else {
+		user = users[len(users)-1]
+	}
+
+	var cmd []string
+	if cmds := final.args("CMD"); len(cmds) > 0 {
+		if cmd, err = dockerExecForm(cmds[len(cmds)-1]); err != nil {
+			bad("CMD: %v", err)
+		}
+	}
+	if argv := append(slices.Clone(entry), cmd...); len(argv) < 2 || argv[1] != "serve" {
+		bad("the image runs %q by default, want %q serve ...: a container that does not serve exits at once", argv, binary)
+	}
+	dataDir := final.env()[coordkitEnvPrefix+"DATA_DIR"]
+	if dataDir != "" && user != "" && !slices.ContainsFunc(final.args("COPY"), func(a string) bool {
+		f := strings.Fields(a)
+		return len(f) >= 2 && strings.TrimSuffix(f[len(f)-1], "/") == dataDir && slices.Contains(f, "--chown="+user)
+	}) {
+		bad("no COPY --chown=%s puts COORDKIT_DATA_DIR=%s in place: USER %s could not write the embedded store", user, dataDir, user)
+	}
+	if final.base == "scratch" && !slices.ContainsFunc(final.args("COPY"), func(a string) bool {
+		return strings.HasSuffix(a, " /etc/ssl/certs/ca-certificates.crt")
+	}) {
+		bad("the final stage has no /etc/ssl/certs/ca-certificates.crt: rediss:// and TLS to MySQL would fail")
 	}
 
 	hc, err := final.healthcheck()
@@ -235,10 +269,22 @@ func dockerfileProblems(df dockerfile) []string {
 		bad("HEALTHCHECK port or ENV COORDKIT_ADDR: %v", errors.Join(err1, err2))
 	case hp != lp:
 		bad("HEALTHCHECK asks port %d, ENV COORDKIT_ADDR=%s listens on %d", hp, addr, lp)
+	case !listensOnAll(addr):
+		bad("ENV COORDKIT_ADDR=%s listens on one interface; a published port reaches the container's eth0, not its loopback: want 0.0.0.0 or [::]", addr)
 	case !slices.Contains(final.args("EXPOSE"), strconv.Itoa(lp)):
 		bad("EXPOSE %v does not include the listen port of COORDKIT_ADDR=%s", final.args("EXPOSE"), addr)
 	}
 	return problems
+}
+
+// listensOnAll says whether host:port binds every interface (0.0.0.0, [::] or an empty host).
+func listensOnAll(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "" || (ip != nil && ip.IsUnspecified())
 }
 
 // TestDockerfile: deploy/Dockerfile passes dockerfileProblems (and the script it runs
@@ -254,9 +300,12 @@ func TestDockerfile(t *testing.T) {
 
 	// A good Dockerfile, and each mistake as a replacement of one of its lines.
 	const good = `FROM golang:1.26.8-bookworm AS build
+ARG COORDKIT_VERSION=
 RUN deploy/build-static.sh /out/coord
 FROM scratch
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/coord /coord
+COPY --from=build --chown=65532:65532 /out/data /data
 USER 65532:65532
 ENV COORDKIT_ADDR=0.0.0.0:8080 \
     COORDKIT_DATA_DIR=/data
@@ -264,6 +313,7 @@ EXPOSE 8080
 HEALTHCHECK --interval=5s \
   CMD ["/coord", "health", "--server", "http://127.0.0.1:8080"]
 ENTRYPOINT ["/coord"]
+CMD ["serve"]
 `
 	cases := []struct{ name, old, new, want string }{
 		{"good", "", "", ""},
@@ -278,6 +328,13 @@ ENTRYPOINT ["/coord"]
 		{"healthcheck via curl", `CMD ["/coord", "health",`, `CMD ["/usr/bin/curl", "health",`, "own check"},
 		{"healthcheck on another port", "http://127.0.0.1:8080", "http://127.0.0.1:9090", "asks port 9090"},
 		{"port not exposed", "EXPOSE 8080", "EXPOSE 9090", "EXPOSE"},
+		{"listens on loopback", "COORDKIT_ADDR=0.0.0.0:8080", "COORDKIT_ADDR=127.0.0.1:8080", "one interface"},
+		{"user by name", "USER 65532:65532", "USER nobody", "numeric"},
+		{"default command not serve", `CMD ["serve"]`, `CMD ["version"]`, "by default"},
+		{"no default command", `CMD ["serve"]` + "\n", "", "by default"},
+		{"data dir owned by root", "COPY --from=build --chown=65532:65532 /out/data /data", "COPY --from=build /out/data /data", "could not write"},
+		{"version not passed", "ARG COORDKIT_VERSION=\n", "", "ARG COORDKIT_VERSION"},
+		{"no CA roots", "COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n", "", "ca-certificates"},
 	}
 	for _, c := range cases {
 		t.Run("checker/"+c.name, func(t *testing.T) {

@@ -57,6 +57,7 @@ func runFlashSale(t *testing.T, backend string) {
 	}
 
 	paused := holdAndPause(t, s, ins[0]) // holds the lock with token T, frozen, before the sale
+	s.pausedToken, s.pausedUntil = paused.token, paused.heldUntil
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	var wg sync.WaitGroup
@@ -109,6 +110,10 @@ type sale struct {
 
 	retries atomic.Int64 // attempts that failed and were made again
 	refused atomic.Int64 // guarded writes refused because a later token had written
+
+	// The paused holder's token and a lower bound of its lease's promised expiry.
+	pausedToken uint64
+	pausedUntil time.Time
 
 	mu       sync.Mutex
 	holder   *client.Lock // the buyer inside the critical section, if any
@@ -209,6 +214,10 @@ func (s *sale) sell(ctx context.Context, buyer string, token uint64) error {
 func (s *sale) enter(l *client.Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if now := time.Now(); now.Before(s.pausedUntil) {
+		s.overlaps = append(s.overlaps, fmt.Sprintf("token %d acquired %v before the paused holder's lease (token %d, %v) could end",
+			l.FencingToken(), s.pausedUntil.Sub(now).Round(time.Millisecond), s.pausedToken, pausedTTL))
+	}
 	if h := s.holder; h != nil && time.Now().Before(h.ExpiresAt()) {
 		s.overlaps = append(s.overlaps, fmt.Sprintf("token %d acquired while token %d's lease runs until %s",
 			l.FencingToken(), h.FencingToken(), h.ExpiresAt().Format(time.StampMicro)))

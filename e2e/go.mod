@@ -8,6 +8,7 @@ replace (
 )
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
@@ -15,10 +16,10 @@ require (
 	github.com/distribution/reference v0.5.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	connectrpc.com/grpchealth v1.4.0 // indirect
 	connectrpc.com/grpcreflect v1.3.1 // indirect
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -47,7 +48,6 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 	modernc.org/libc v1.79.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect

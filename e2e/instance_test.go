@@ -127,6 +127,9 @@ func (in *instance) start() error {
 	args := append([]string{"serve", "--addr", "127.0.0.1:" + strconv.Itoa(in.port)}, in.args...)
 	cmd := exec.Command(coordPath(in.t), args...)
 	cmd.Env = append(os.Environ(), in.env...)
+	// Dies with the test binary, even when a timeout or a closed pipe kills it before its
+	// cleanups run: no coord outlives its test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = in.out, in.out
 	done, err := testenv.StartUntilReady(cmd, in.name, in.out, in.ready, readyTimeout)
 	if err != nil {

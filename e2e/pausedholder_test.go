@@ -23,7 +23,16 @@ type pausedHolder struct {
 	dir   string
 	token uint64 // the fencing token it holds
 	child int    // stalewriter's pid, the leader of its own process group
+	// heldUntil is a lower bound of the expiry its lease was promised: the service measures
+	// a lease from the moment it got the request, after the test started coord lock run, and
+	// may only let go of it at or after its reported expiry. No other holder may get the
+	// lock before it (a backend that ends leases early passes every other check here, since
+	// a buyer's critical section is much shorter than its ttl).
+	heldUntil time.Time
 }
+
+// pausedTTL is the paused holder's lease.
+const pausedTTL = 2 * time.Second
 
 // holdAndPause starts the holder through instance in, waits until its command holds the lock
 // and has read the stock, and pauses both process groups.
@@ -31,11 +40,12 @@ func holdAndPause(t *testing.T, s *sale, in *instance) *pausedHolder {
 	t.Helper()
 	p := &pausedHolder{out: &testenv.LogBuffer{}, done: make(chan struct{}), dir: t.TempDir()}
 	p.cmd = exec.Command(coordPath(t), "lock", "run", s.key, "--server", in.URL(), "--backend", s.backend,
-		"--ttl", "2s", "--wait", "30s", "--grace", "30s", "--",
+		"--ttl", pausedTTL.String(), "--wait", "30s", "--grace", "30s", "--",
 		helperBinary(t, "stalewriter"), "-dsn", testenv.MySQLDSN(), "-stock", s.stock, "-orders", s.orders,
 		"-item", saleItem, "-dir", p.dir)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.heldUntil = time.Now().Add(pausedTTL) // monotonic: compared with the buyers' time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/coordkit/coordkit/libs/testenv"
 	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 )
@@ -45,7 +48,8 @@ func runTaskGrab(t *testing.T, backend string) {
 	mustExec(t, db,
 		"CREATE TABLE "+fence+" (task_id VARCHAR(64) PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
 		"CREATE TABLE "+done+" (task_id VARCHAR(64) PRIMARY KEY, token BIGINT UNSIGNED NOT NULL, worker VARCHAR(32) NOT NULL) ENGINE=InnoDB",
-		"CREATE TABLE "+attempts+" (seq BIGINT AUTO_INCREMENT PRIMARY KEY, task_id VARCHAR(64) NOT NULL, token BIGINT UNSIGNED NOT NULL, worker VARCHAR(32) NOT NULL) ENGINE=InnoDB")
+		"CREATE TABLE "+attempts+" (seq BIGINT AUTO_INCREMENT PRIMARY KEY, task_id VARCHAR(64) NOT NULL, token BIGINT UNSIGNED NOT NULL, worker VARCHAR(32) NOT NULL,"+
+			" began_us BIGINT NOT NULL, expires_us BIGINT NOT NULL, gave_back BOOL NOT NULL DEFAULT FALSE) ENGINE=InnoDB")
 	pool := testenv.Prefix(t)
 	ids := make([]string, grabTasks)
 	var values []string
@@ -55,6 +59,7 @@ func runTaskGrab(t *testing.T, backend string) {
 	}
 	mustExec(t, db, "INSERT INTO "+fence+" VALUES "+strings.Join(values, ","))
 	putTasks(t, ins, backend, pool, ids)
+	checkStaleLease(t, ins, backend, pool+"-stale")
 
 	start := func(name string, in *instance, extra ...string) *workerProc {
 		args := append([]string{"-name", name, "-server", in.URL(), "-backend", backend, "-pool", pool,
@@ -84,6 +89,12 @@ func runTaskGrab(t *testing.T, backend string) {
 	if n := count("SELECT COUNT(*) FROM (SELECT task_id, token FROM " + attempts + " GROUP BY task_id, token HAVING COUNT(*) > 1) x"); n != 0 {
 		t.Errorf("%d leases (task, token) were handed to two handlers", n)
 	}
+	// A lease is promised until the expiry it was picked with (extensions only move it later):
+	// a later lease of the task that began before then, unless the earlier handler failed and
+	// gave the task back, means two workers held it at once.
+	if n := count("SELECT COUNT(*) FROM " + attempts + " a JOIN " + attempts + " b ON b.task_id = a.task_id AND b.token > a.token WHERE b.began_us < a.expires_us AND NOT a.gave_back"); n != 0 {
+		t.Errorf("%d leases began while an earlier lease of the same task was still promised", n)
+	}
 	hung := count(hungQ)
 	if hung != grabConcurrency {
 		t.Errorf("the killed victim held %d unfinished leases, want %d", hung, grabConcurrency)
@@ -109,6 +120,73 @@ func runTaskGrab(t *testing.T, backend string) {
 	redone := count("SELECT COUNT(*) FROM (SELECT task_id FROM " + attempts + " GROUP BY task_id HAVING COUNT(*) > 1) x")
 	t.Logf("%s: %d tasks done once each by 4 worker processes; %d redone (%d held by the killed worker); survivors: %v",
 		backend, grabTasks, redone, hung, sum)
+}
+
+// checkStaleLease: a lease that ran out and was picked again is stale everywhere. One task in
+// its own pool is picked through one instance with the shortest lease, picked again through
+// another once that lease ended, and then the old lease's Ack, Nack and Extend must each be
+// refused with failed_precondition (a worker that wakes after a pause must not finish or
+// return a task someone else holds) while the new lease's Ack goes through.
+func checkStaleLease(t *testing.T, ins []*instance, backend, pool string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := ins[0].Client().Tasks().Put(ctx, &taskpickv1.PutRequest{Backend: backend, Pool: pool, Tasks: []*taskpickv1.NewTask{{Id: "probe"}}}); err != nil {
+		t.Fatal(err)
+	}
+	pick := func(in *instance) *taskpickv1.LeasedTask {
+		res, err := in.Client().Tasks().Pick(ctx, &taskpickv1.PickRequest{Backend: backend, Pool: pool, Count: 1,
+			Ttl: durationpb.New(time.Second), Wait: durationpb.New(5 * time.Second)})
+		if err != nil {
+			t.Fatalf("pick through %s: %v", in.name, err)
+		}
+		if len(res.GetTasks()) > 1 {
+			t.Fatalf("pick through %s: %d tasks, want at most the probe", in.name, len(res.GetTasks()))
+		}
+		if len(res.GetTasks()) == 0 {
+			return nil // its wait ended first
+		}
+		return res.GetTasks()[0]
+	}
+	old := pick(ins[0])
+	if old == nil {
+		t.Fatal("the probe, just put, was not picked")
+	}
+	var cur *taskpickv1.LeasedTask
+	deadline := time.Now().Add(30 * time.Second)
+	for cur == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the probe was not picked again within 30s of its %v lease", time.Second)
+		}
+		if cur = pick(ins[1]); cur != nil && time.Now().Before(old.GetExpiresAt().AsTime()) {
+			t.Fatalf("the probe was picked again at %v, before its first lease's expiry %v", time.Now(), old.GetExpiresAt().AsTime())
+		}
+	}
+	if cur.GetLeaseToken() <= old.GetLeaseToken() {
+		t.Errorf("the probe's second lease has token %d, not above the first's %d", cur.GetLeaseToken(), old.GetLeaseToken())
+	}
+	tasks := ins[2].Client().Tasks()
+	stale := old.GetLeaseToken()
+	for name, call := range map[string]func() error{
+		"Ack": func() error {
+			_, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale})
+			return err
+		},
+		"Nack": func() error {
+			_, err := tasks.Nack(ctx, &taskpickv1.NackRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale})
+			return err
+		},
+		"Extend": func() error {
+			_, err := tasks.Extend(ctx, &taskpickv1.ExtendRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale, Ttl: durationpb.New(time.Minute)})
+			return err
+		},
+	} {
+		if err := call(); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Errorf("%s with the stale lease token %d (current %d): %v, want failed_precondition", name, stale, cur.GetLeaseToken(), err)
+		}
+	}
+	if _, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: cur.GetLeaseToken()}); err != nil {
+		t.Errorf("Ack with the current lease token %d: %v", cur.GetLeaseToken(), err)
+	}
 }
 
 // putTasks puts the tasks once, then again through another instance: the second Put must
@@ -145,6 +223,7 @@ func startWorker(t *testing.T, name string, args ...string) *workerProc {
 	w := &workerProc{name: name, out: &testenv.LogBuffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(helperBinary(t, "worker"), args...)
 	w.cmd.Stdout, w.cmd.Stderr = w.out, w.out
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

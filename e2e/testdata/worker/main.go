@@ -3,7 +3,9 @@
 // a write its lease token guards, then lets Work ack it. On SIGTERM it stops, prints its
 // counts as one JSON line and exits 0.
 //
-// Every handler first records the attempt (task, token, worker). With -hang-after N, the
+// Every handler first records the attempt (task, token, worker, when it began, and the
+// expiry its lease was picked with: the service promised the lease at least until then, so
+// no other lease of the task may begin before it). With -hang-after N, the
 // handlers after the first N record their attempt and then hang, holding their leases (the
 // SDK keeps extending them), until the process is killed: a worker that dies mid-task.
 package main
@@ -12,6 +14,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -84,7 +87,25 @@ func main() {
 // refused too). A task already done by an earlier lease that never got its Ack through is
 // done: it is acked again without a second record.
 func handle(ctx context.Context, db *sql.DB, cfg config, n *counts, t *client.Task) error {
-	if _, err := db.ExecContext(ctx, "INSERT INTO "+cfg.attempts+" (task_id, token, worker) VALUES (?, ?, ?)", t.ID, t.LeaseToken, cfg.name); err != nil {
+	err := do(ctx, db, cfg, n, t)
+	if err != nil && !errors.Is(err, errRefused) {
+		// Work nacks the task, which may be picked again before this lease's first expiry:
+		// mark the attempt given back, so that the test does not take that for two holders.
+		db.ExecContext(context.WithoutCancel(ctx), "UPDATE "+cfg.attempts+" SET gave_back = 1 WHERE task_id = ? AND token = ?", t.ID, t.LeaseToken) //nolint:errcheck // best effort
+	}
+	return err
+}
+
+// errRefused is a guarded write refused because a later lease of the task has written.
+var errRefused = errors.New("refused: a later lease has written")
+
+// do is handle's work.
+func do(ctx context.Context, db *sql.DB, cfg config, n *counts, t *client.Task) error {
+	// Read before the insert: the lease's first expiry (extensions only move it later) and a
+	// moment at or after its pick.
+	began, expires := time.Now().UnixMicro(), t.ExpiresAt().UnixMicro()
+	if _, err := db.ExecContext(ctx, "INSERT INTO "+cfg.attempts+" (task_id, token, worker, began_us, expires_us) VALUES (?, ?, ?, ?, ?)",
+		t.ID, t.LeaseToken, cfg.name, began, expires); err != nil {
 		return err
 	}
 	if h := n.handled.Add(1); cfg.hangAfter > 0 && h > int64(cfg.hangAfter) {
@@ -103,7 +124,7 @@ func handle(ctx context.Context, db *sql.DB, cfg config, n *counts, t *client.Ta
 	}
 	if rows, err := res.RowsAffected(); err != nil || rows == 0 {
 		n.refused.Add(1)
-		return fmt.Errorf("task %s: token %d refused: a later lease has written (%v)", t.ID, t.LeaseToken, err)
+		return fmt.Errorf("task %s: token %d %w (%v)", t.ID, t.LeaseToken, errRefused, err)
 	}
 	res, err = tx.ExecContext(ctx, "INSERT IGNORE INTO "+cfg.done+" (task_id, token, worker) VALUES (?, ?, ?)", t.ID, t.LeaseToken, cfg.name)
 	if err != nil {
