@@ -41,7 +41,7 @@ func killHolder(r *chaosRun) chaosFault {
 			in := r.ins[pick.Instance]
 			pid := in.PID()
 			at := r.rec.now()
-			in.Kill()
+			in.Stop() // SIGKILL
 			time.Sleep(chaosTTL + 500*time.Millisecond)
 			in.Start()
 			return chaosFault{at: at, healed: r.rec.now(), victim: pick,

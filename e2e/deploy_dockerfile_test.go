@@ -418,7 +418,7 @@ func TestDockerfileHealthcheckRuns(t *testing.T) {
 		return argv
 	}
 
-	if code, out := healthcheckExit(t, argvOn(in.port), env); code != 0 {
+	if code, out := healthcheckExit(t, argvOn(in.Port()), env); code != 0 {
 		t.Errorf("the image's HEALTHCHECK on a serving coord: exit %d, want 0\n%s", code, out)
 	}
 	if code, out := healthcheckExit(t, argvOn(testenv.FreePort(t)), env); code != 3 {

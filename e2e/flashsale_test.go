@@ -76,7 +76,7 @@ func runFlashSale(t *testing.T, backend string) {
 	pollUntil(t, 45*time.Second, "5 sales after the paused holder's lease ended", func() bool { return s.sold() >= 5 })
 	staleRows := paused.resume(t)
 	pollUntil(t, 45*time.Second, "20 sales", func() bool { return s.sold() >= 20 })
-	ins[2].Kill()
+	ins[2].Stop() // SIGKILL
 	killedAt := s.sold()
 	wg.Wait()
 	close(errs)

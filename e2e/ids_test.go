@@ -86,9 +86,13 @@ func runIDs(t *testing.T, leases string) {
 	}
 
 	r.progress()
-	r.restart(1, "SIGKILL", ins[1].Kill)
+	r.restart(1, "SIGKILL", ins[1].Stop) // SIGKILL
 	r.progress()
-	r.restart(2, "graceful", func() { ins[2].Terminate(10 * time.Second) })
+	r.restart(2, "graceful", func() {
+		if err := ins[2].Terminate(10 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
 	r.progress()
 	cancel()
 	wg.Wait()

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,26 +18,18 @@ import (
 // loaded 2-core machine runs the whole suite at once.
 const readyTimeout = 30 * time.Second
 
-// instance is one `coord serve` process on a loopback port that it keeps across restarts, so
-// clients that know its URL find it again. The test may kill it (SIGKILL), pause it
-// (SIGSTOP/SIGCONT), stop it gracefully (SIGTERM) and start it again.
+// instance is one `coord serve` process (a testenv.Process: Stop is SIGKILL, Terminate is
+// SIGTERM, Signal pauses and continues it, Start brings it back on the same port).
 type instance struct {
+	*testenv.Process
 	t    testing.TB
-	name string   // for messages: "coord-1"
-	args []string // serve flags, without --addr
-	env  []string // extra environment, KEY=VALUE
-	port int
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *testenv.LogBuffer
-	logs string // the output of earlier runs, for failure messages
+	name string // for messages: "coord-1"
 }
 
 // startInstance runs `coord serve --addr 127.0.0.1:<free port> args...` with its own data
-// directory (unless args set --data-dir) and waits until /readyz answers 200. It is killed
-// when the test ends; when the test failed, its output is logged.
+// directory (unless args set --data-dir) and waits until it has printed its serving line
+// and /readyz answers 200. It is killed when the test ends; when the test failed, its output
+// is logged.
 func startInstance(t testing.TB, name string, args ...string) *instance {
 	t.Helper()
 	return startInstanceEnv(t, name, nil, args...)
@@ -49,23 +39,25 @@ func startInstance(t testing.TB, name string, args ...string) *instance {
 // way compose gives them (COORDKIT_*).
 func startInstanceEnv(t testing.TB, name string, env []string, args ...string) *instance {
 	t.Helper()
-	in := &instance{t: t, name: name, env: env,
-		args: append([]string{"--data-dir", t.TempDir()}, args...)}
+	args = append([]string{"--data-dir", t.TempDir()}, args...)
+	in := &instance{t: t, name: name}
+	in.Process = testenv.StartProcess(t, testenv.ProcessConfig{
+		Name: name,
+		Bin:  coordPath(t),
+		Args: func(port int) []string {
+			return append([]string{"serve", "--addr", "127.0.0.1:" + strconv.Itoa(port)}, args...)
+		},
+		Env:       env,
+		Ready:     readyz,
+		Timeout:   readyTimeout,
+		Listening: "serving", // the msg of the line coord logs (text or JSON) once it has bound --addr
+	})
 	t.Cleanup(func() {
-		in.Kill()
 		if t.Failed() {
 			t.Logf("%s output:\n%s", name, in.Output())
 		}
 	})
-	var err error
-	for range 5 { // a free port can be taken before coord binds it
-		in.port = testenv.FreePort(t)
-		if err = in.start(); err == nil {
-			return in
-		}
-	}
-	t.Fatalf("e2e: start %s: %v", name, err)
-	return nil
+	return in
 }
 
 // startCluster starts n instances named coord-1..coord-n with the same flags.
@@ -79,71 +71,29 @@ func startCluster(t testing.TB, n int, args ...string) []*instance {
 }
 
 // URL is the instance's base URL.
-func (in *instance) URL() string { return "http://127.0.0.1:" + strconv.Itoa(in.port) }
+func (in *instance) URL() string { return "http://127.0.0.1:" + strconv.Itoa(in.Port()) }
 
 // Client is an SDK client of the instance.
 func (in *instance) Client(opts ...client.Option) *client.Client {
 	return client.New(in.URL(), opts...)
 }
 
-// Output is everything the instance printed, across restarts.
-func (in *instance) Output() string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	s := in.logs
-	if in.out != nil {
-		s += in.out.String()
+// Restart terminates the instance gracefully (up to 10s) and starts it again: a rolling
+// restart's step.
+func (in *instance) Restart() {
+	in.t.Helper()
+	if err := in.Terminate(10 * time.Second); err != nil {
+		in.t.Error(err)
 	}
-	return s
+	in.Start()
 }
 
-// Running says whether the process is up (it may be paused).
-func (in *instance) Running() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.cmd != nil
-}
-
-// PID is the running process's id, 0 when stopped.
-func (in *instance) PID() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.cmd == nil {
-		return 0
-	}
-	return in.cmd.Process.Pid
-}
-
-func (in *instance) start() error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.cmd != nil {
-		return nil
-	}
-	if in.out != nil {
-		in.logs += in.out.String() + "--- restart ---\n"
-	}
-	in.out = &testenv.LogBuffer{}
-	args := append([]string{"serve", "--addr", "127.0.0.1:" + strconv.Itoa(in.port)}, in.args...)
-	cmd := exec.Command(coordPath(in.t), args...)
-	cmd.Env = append(os.Environ(), in.env...)
-	// Dies with the test binary, even when a timeout or a closed pipe kills it before its
-	// cleanups run: no coord outlives its test.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stdout, cmd.Stderr = in.out, in.out
-	done, err := testenv.StartUntilReady(cmd, in.name, in.out, in.ready, readyTimeout)
-	if err != nil {
-		return err
-	}
-	in.cmd, in.done = cmd, done
-	return nil
-}
-
-// ready is nil once /readyz answers 200: every backend of every service is reachable.
-func (in *instance) ready() error {
+// readyz is nil once /readyz on port answers 200: every backend of every service is
+// reachable.
+func readyz(port int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, in.URL()+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/readyz", nil)
 	if err != nil {
 		return err
 	}
@@ -156,70 +106,6 @@ func (in *instance) ready() error {
 		return fmt.Errorf("readyz: %s", res.Status)
 	}
 	return nil
-}
-
-// Start starts a stopped instance again on its port and waits until it is ready.
-func (in *instance) Start() {
-	in.t.Helper()
-	if err := in.start(); err != nil {
-		in.t.Fatalf("e2e: restart %s: %v", in.name, err)
-	}
-}
-
-// Kill sends SIGKILL, as a crash or the OOM killer would, and waits until the process is
-// gone. A paused instance is killed too. Killing a stopped instance does nothing.
-func (in *instance) Kill() { in.stop(syscall.SIGKILL, 0) }
-
-// Terminate sends SIGTERM, as an orchestrator's stop does, and waits up to grace for a clean
-// exit before it kills the process.
-func (in *instance) Terminate(grace time.Duration) { in.stop(syscall.SIGTERM, grace) }
-
-// Restart terminates the instance gracefully (up to 10s) and starts it again: a rolling
-// restart's step.
-func (in *instance) Restart() {
-	in.t.Helper()
-	in.Terminate(10 * time.Second)
-	in.Start()
-}
-
-func (in *instance) stop(sig syscall.Signal, grace time.Duration) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.cmd == nil {
-		return
-	}
-	in.cmd.Process.Signal(sig)             //nolint:errcheck // it may have exited; done tells
-	in.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck // a paused process must see the signal
-	if grace > 0 {
-		select {
-		case <-in.done:
-		case <-time.After(grace):
-			in.t.Errorf("e2e: %s did not exit within %v of %v; killing it", in.name, grace, sig)
-			in.cmd.Process.Kill() //nolint:errcheck // giving up on it
-			<-in.done
-		}
-	} else {
-		<-in.done
-	}
-	in.cmd = nil
-}
-
-// Pause stops the process with SIGSTOP: it holds its connections but answers nothing, as a
-// long GC pause or a frozen VM would. Resume continues it.
-func (in *instance) Pause() { in.signal(syscall.SIGSTOP) }
-
-// Resume continues a paused process with SIGCONT.
-func (in *instance) Resume() { in.signal(syscall.SIGCONT) }
-
-func (in *instance) signal(sig syscall.Signal) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.cmd == nil {
-		in.t.Fatalf("e2e: %s is not running", in.name)
-	}
-	if err := in.cmd.Process.Signal(sig); err != nil {
-		in.t.Fatalf("e2e: signal %s: %v", in.name, err)
-	}
 }
 
 // TestInstanceLifecycle: the harness itself works on the static binary: an instance serves,
@@ -242,12 +128,15 @@ func TestInstanceLifecycle(t *testing.T) {
 	if code := health(); code != 0 {
 		t.Fatalf("coord health on a serving instance: exit %d, want 0", code)
 	}
-	in.Pause()
-	in.Resume()
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGCONT} {
+		if err := in.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if code := health(); code != 0 {
 		t.Fatalf("coord health after SIGSTOP/SIGCONT: exit %d, want 0", code)
 	}
-	in.Kill()
+	in.Stop() // SIGKILL
 	if code := health(); code == 0 {
 		t.Fatal("coord health on a killed instance: exit 0, want unhealthy")
 	}

@@ -19,7 +19,7 @@ func NATSURL() string { return env("COORDKIT_TEST_NATS_URL", "nats://127.0.0.1:4
 // NATSProcess is a nats-server the test started itself on a free loopback port, for fault
 // tests that kill (Stop) and restart (Start) it: the shared NATS must never be stopped.
 type NATSProcess struct {
-	serverProcess
+	*Process
 }
 
 // StartNATS starts a nats-server ($COORDKIT_TEST_NATS_SERVER, nats-server on PATH, or
@@ -27,18 +27,16 @@ type NATSProcess struct {
 // test ends. A missing binary fails the test.
 func StartNATS(t testing.TB) *NATSProcess {
 	t.Helper()
-	p := &NATSProcess{serverProcess{
-		name:    "nats-server",
-		args:    func(port int) []string { return []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)} },
-		ready:   func(port int) error { return natsGreets(loopback(port)) },
-		timeout: natsReadyTimeout,
-	}}
-	startServer(t, &p.serverProcess, "COORDKIT_TEST_NATS_SERVER", "/usr/sbin/nats-server")
-	return p
+	return &NATSProcess{startServer(t, ProcessConfig{
+		Name:    "nats-server",
+		Args:    func(port int) []string { return []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)} },
+		Ready:   func(port int) error { return natsGreets(loopback(port)) },
+		Timeout: natsReadyTimeout,
+	}, "COORDKIT_TEST_NATS_SERVER", "/usr/sbin/nats-server")}
 }
 
 // URL is the server's client URL.
-func (p *NATSProcess) URL() string { return "nats://" + loopback(p.port) }
+func (p *NATSProcess) URL() string { return "nats://" + loopback(p.Port()) }
 
 // natsGreets dials addr and reads the server's INFO line.
 func natsGreets(addr string) error {

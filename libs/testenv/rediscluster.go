@@ -73,7 +73,7 @@ func StartRedisClusterOf(t testing.TB, cfg RedisClusterConfig) *RedisCluster {
 			t.Fatalf("testenv: assign slots %d-%d to %s: %v", first, last, n.Addr(), err)
 		}
 		if i > 0 {
-			host, port := "127.0.0.1", c.Nodes[0].port
+			host, port := "127.0.0.1", c.Nodes[0].Port()
 			if err := direct.ClusterMeet(ctx, host, fmt.Sprint(port)).Err(); err != nil {
 				t.Fatalf("testenv: CLUSTER MEET from %s: %v", n.Addr(), err)
 			}

@@ -22,7 +22,7 @@ const redisReadyTimeout = 10 * time.Second
 // AOF), so a restarted node comes back empty, as a node without persistence does in
 // production.
 type RedisProcess struct {
-	serverProcess
+	*Process
 	cfg RedisConfig
 }
 
@@ -51,9 +51,10 @@ type RedisConfig struct {
 func StartRedisWith(t testing.TB, cfg RedisConfig) *RedisProcess {
 	t.Helper()
 	dir := t.TempDir()
-	p := &RedisProcess{cfg: cfg, serverProcess: serverProcess{
-		name: "redis-server",
-		args: func(port int) []string {
+	p := &RedisProcess{cfg: cfg}
+	p.Process = startServer(t, ProcessConfig{
+		Name: "redis-server",
+		Args: func(port int) []string {
 			args := []string{
 				"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 				"--save", "", "--appendonly", "no", "--daemonize", "no",
@@ -72,15 +73,14 @@ func StartRedisWith(t testing.TB, cfg RedisConfig) *RedisProcess {
 			}
 			return append(args, cfg.Args...)
 		},
-		timeout: redisReadyTimeout,
-	}}
-	p.ready = func(port int) error { return p.ping(loopback(port)) }
-	startServer(t, &p.serverProcess, "COORDKIT_TEST_REDIS_SERVER")
+		Ready:   func(port int) error { return p.ping(loopback(port)) },
+		Timeout: redisReadyTimeout,
+	}, "COORDKIT_TEST_REDIS_SERVER")
 	return p
 }
 
 // Addr is the node's host:port.
-func (p *RedisProcess) Addr() string { return loopback(p.port) }
+func (p *RedisProcess) Addr() string { return loopback(p.Port()) }
 
 // Password is the password clients must give; empty when none.
 func (p *RedisProcess) Password() string { return p.cfg.Password }

@@ -94,9 +94,10 @@ func (s *RedisSentinelSet) startSentinel(t testing.TB, master string) *RedisProc
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	host, port, _ := net.SplitHostPort(master)
-	p := &RedisProcess{cfg: RedisConfig{Password: s.cfg.SentinelPassword}, serverProcess: serverProcess{
-		name: "redis-server",
-		args: func(listen int) []string {
+	p := &RedisProcess{cfg: RedisConfig{Password: s.cfg.SentinelPassword}}
+	p.Process = startServer(t, ProcessConfig{
+		Name: "redis-server",
+		Args: func(listen int) []string {
 			lines := []string{
 				"port " + strconv.Itoa(listen), "bind 127.0.0.1", "dir " + dir, `logfile ""`,
 				fmt.Sprintf("sentinel monitor %s %s %s %d", s.cfg.MasterName, host, port, s.cfg.Sentinels/2+1),
@@ -114,10 +115,9 @@ func (s *RedisSentinelSet) startSentinel(t testing.TB, master string) *RedisProc
 			}
 			return []string{conf, "--sentinel"}
 		},
-		timeout: redisReadyTimeout,
-	}}
-	p.ready = func(port int) error { return ping(loopback(port)) }
-	startServer(t, &p.serverProcess, "COORDKIT_TEST_REDIS_SERVER")
+		Ready:   func(port int) error { return ping(loopback(port)) },
+		Timeout: redisReadyTimeout,
+	}, "COORDKIT_TEST_REDIS_SERVER")
 	return p
 }
 
