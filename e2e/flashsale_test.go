@@ -244,7 +244,10 @@ func (s *sale) check(t *testing.T, staleToken uint64) {
 	if err := s.db.QueryRow("SELECT qty, last_token FROM "+s.stock+" WHERE item = ?", saleItem).Scan(&qty, &last); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.db.Query("SELECT buyer, token, qty_after FROM " + s.orders + " ORDER BY seq")
+	// Commit order is the order of the stock row's decrements, which its row lock serializes:
+	// qty_after descending (an AUTO_INCREMENT seq is taken at INSERT, before the guarded
+	// write, so it can differ from it). A qty_after seen twice breaks the count check below.
+	rows, err := s.db.Query("SELECT buyer, token, qty_after FROM " + s.orders + " ORDER BY qty_after DESC, seq")
 	if err != nil {
 		t.Fatal(err)
 	}
