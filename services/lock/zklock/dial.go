@@ -10,7 +10,7 @@ import (
 // The client library waits ten receive timeouts (6.7 session timeouts) for the server's reply
 // to its session handshake. A server that is starting up, as after a restart, can accept the
 // connection and never answer; the client would sit out that whole wait, unavailable, while
-// its session runs out on the server. handshakeConn caps the deadlines the library sets until
+// its session runs out on the server. sessionConn caps the deadlines the library sets until
 // the server's first bytes arrive at a third of the session timeout (the Java client bounds
 // its handshake alike, by the session timeout over the number of servers), so a silent server
 // costs one short retry. After that the library's own deadlines apply unchanged.
@@ -34,20 +34,20 @@ func dialer(session time.Duration, abandoned *atomic.Bool) func(network, address
 		if err != nil {
 			return nil, err
 		}
-		return &handshakeConn{Conn: c, limit: limit, abandoned: abandoned}, nil
+		return &sessionConn{Conn: c, limit: limit, abandoned: abandoned}, nil
 	}
 }
 
-// handshakeConn is a connection whose deadlines are capped at limit from now until its first
+// sessionConn is a connection of the session whose deadlines are capped at limit from now until its first
 // successful read, and whose writes fail once abandoned is set.
-type handshakeConn struct {
+type sessionConn struct {
 	net.Conn
 	limit     time.Duration
 	heard     atomic.Bool
 	abandoned *atomic.Bool
 }
 
-func (c *handshakeConn) Write(p []byte) (int, error) {
+func (c *sessionConn) Write(p []byte) (int, error) {
 	if c.abandoned.Load() {
 		c.Conn.Close()
 		return 0, errAbandoned
@@ -55,7 +55,7 @@ func (c *handshakeConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-func (c *handshakeConn) Read(p []byte) (int, error) {
+func (c *sessionConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.heard.Store(true)
@@ -63,7 +63,7 @@ func (c *handshakeConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *handshakeConn) cap(t time.Time) time.Time {
+func (c *sessionConn) cap(t time.Time) time.Time {
 	if t.IsZero() || c.heard.Load() {
 		return t
 	}
@@ -73,8 +73,8 @@ func (c *handshakeConn) cap(t time.Time) time.Time {
 	return t
 }
 
-func (c *handshakeConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.cap(t)) }
-func (c *handshakeConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.cap(t)) }
-func (c *handshakeConn) SetWriteDeadline(t time.Time) error {
+func (c *sessionConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.cap(t)) }
+func (c *sessionConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.cap(t)) }
+func (c *sessionConn) SetWriteDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(c.cap(t))
 }
