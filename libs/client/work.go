@@ -226,6 +226,12 @@ func (w *worker) loop(ctx context.Context) error {
 			w.release(n)
 			return nil
 		}
+		if len(tasks) > n {
+			// A service that answers more than asked (a bug, or not coordkit): run no more
+			// than the slots taken, and give the rest back at once.
+			w.giveBack(ctx, tasks[n:])
+			tasks = tasks[:n]
+		}
 		w.release(n - len(tasks))
 		switch {
 		case err != nil && !retryable(err):

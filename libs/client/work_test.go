@@ -27,6 +27,7 @@ type fakeTasks struct {
 	queue     []*taskpickv1.LeasedTask
 	pickErr   error
 	extendErr error
+	overAnswer int // Pick hands out this many tasks more than asked, as a broken service might
 	picks     int
 	acks      []string
 	nacks     []*taskpickv1.NackRequest
@@ -39,7 +40,7 @@ func (f *fakeTasks) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*tas
 		defer f.mu.Unlock()
 		return nil, f.pickErr
 	}
-	n := min(int(max(req.GetCount(), 1)), len(f.queue))
+	n := min(int(max(req.GetCount(), 1))+f.overAnswer, len(f.queue))
 	tasks := f.queue[:n]
 	f.queue = f.queue[n:]
 	f.mu.Unlock()
@@ -232,6 +233,67 @@ func TestWorkShutdownGivesBack(t *testing.T) {
 	}
 	if len(nacks) != 1 || nacks[0].GetId() != "blocks" || nacks[0].GetRetryAfter().AsDuration() != 0 || nacks[0].GetLeaseToken() != 1 {
 		t.Fatalf("nacks %v, want blocks with token 1 and no retry delay", nacks)
+	}
+}
+
+// TestWorkOverAnsweringService: a Pick answered with more tasks than asked (a broken or
+// hostile service) must not run more handlers than the concurrency, nor wedge Work: the
+// extras are given back at once, every task is handled once, and Work stops when asked.
+func TestWorkOverAnsweringService(t *testing.T) {
+	t.Parallel()
+	f := &fakeTasks{overAnswer: 2, queue: []*taskpickv1.LeasedTask{leased("a", 1), leased("b", 2), leased("c", 3)}}
+	c := serveFake(t, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	running, most := 0, 0
+	handled := map[string]int{}
+	handler := func(_ context.Context, task *client.Task) error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		handled[task.ID]++
+		if handled["a"] > 0 && handled["b"] > 0 && handled["c"] > 0 {
+			cancel()
+		}
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Work(ctx, "p", handler, client.WithConcurrency(1), client.WithBatch(1)) }()
+	// The over-answered tasks come back to the queue through their Nacks.
+	go func() {
+		for ctx.Err() == nil {
+			f.mu.Lock()
+			for _, n := range f.nacks {
+				f.queue = append(f.queue, leased(n.GetId(), n.GetLeaseToken()+10))
+			}
+			f.nacks = nil
+			f.mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Work = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Work did not stop within 30s of its context ending (handled %v)", handled)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 1 {
+		t.Errorf("%d handlers ran at once with concurrency 1", most)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if handled[id] != 1 {
+			t.Errorf("task %s handled %d times, want once (handled %v)", id, handled[id], handled)
+		}
 	}
 }
 
