@@ -23,14 +23,14 @@ import (
 type fakeTasks struct {
 	taskpickv1connect.UnimplementedTaskPickServiceHandler
 
-	mu        sync.Mutex
-	queue     []*taskpickv1.LeasedTask
-	pickErr   error
-	extendErr error
+	mu         sync.Mutex
+	queue      []*taskpickv1.LeasedTask
+	pickErr    error
+	extendErr  error
 	overAnswer int // Pick hands out this many tasks more than asked, as a broken service might
-	picks     int
-	acks      []string
-	nacks     []*taskpickv1.NackRequest
+	picks      int
+	acks       []string
+	nacks      []*taskpickv1.NackRequest
 }
 
 func (f *fakeTasks) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskpickv1.PickResponse, error) {
