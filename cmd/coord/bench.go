@@ -14,7 +14,18 @@ func newBenchCmd() *cobra.Command {
 prints a table, or JSON with --json; all runs them all and writes the Markdown report
 docs/benchmarks.md (make bench).`
 
-	lock := &cobra.Command{Use: "lock", Short: "acquire+release pairs/s and latency of the lock service, against go-redsync", Args: argsExactly()}
+	lock := &cobra.Command{Use: "lock", Short: "acquire+release pairs/s, latency and CPU per pair of the lock service, against go-redsync", Args: argsExactly()}
+	lock.Long = `Measure acquire+release pairs per second and the latency of one pair through the lock service,
+per backend, next to go-redsync on the same Redis nodes, at each number of clients.
+
+The service runs as a child process (this binary as coord serve on a loopback port), so that
+the CPU time one pair costs can be told apart: cpu/pair client (this process), service, backend
+(redis-server; the three Redlock nodes summed; mariadbd; ZooKeeper's JVM; none for SQLite,
+which lives in the service) and their total, from /proc/<pid>/stat at the start and the end
+of each measured window, divided by the pairs completed in it. redsync has no service. A
+process that cannot be found (a backend on another machine or in a container, --server
+without --server-pid) shows as -. --in-process runs the service in this process instead, for
+--cpuprofile; client and service are then one column.`
 	lockCfg := benchLockFlags(lock.Flags())
 	lock.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := lockCfg()

@@ -152,11 +152,21 @@ func writeFileAtomic(path string, fill func(io.Writer) error) error {
 
 // lockAbout says what `coord bench lock` measures with cfg, for the report.
 func lockAbout(cfg benchConfig) string {
-	return fmt.Sprintf("Acquire + release pairs, each client on its own key, through the lock service started in-process "+
-		"on a loopback port (Connect over HTTP), per backend, next to go-redsync on the same Redis node (redsync/redis) "+
+	where, cpu := "started as a child process (coord serve) on a loopback port", "client (the bench), service and backend"
+	switch {
+	case cfg.serverURL != "":
+		where = "at " + cfg.serverURL
+	case cfg.inProcess:
+		where, cpu = "started in-process on a loopback port", "client and service together (one process), and backend"
+	}
+	return fmt.Sprintf("Acquire + release pairs, each client on its own key, through the lock service %s "+
+		"(Connect over HTTP), per backend, next to go-redsync on the same Redis node (redsync/redis) "+
 		"and the same three Redlock nodes (redsync/redlock). %s clients; each row is %s measured after %s of warm-up. "+
-		"A ratio is the service's pairs/s over redsync's at the same number of clients.",
-		joinInts(cfg.clients), cfg.duration, cfg.warmup)
+		"cpu/pair is the CPU time (user + system, from /proc/<pid>/stat, 10ms ticks) one pair cost the %s "+
+		"over the measured window: the backend is redis-server, the three Redlock nodes summed, mariadbd or ZooKeeper's JVM, "+
+		"none for SQLite, which lives in the service, and redsync has no service; - where a process was not found. "+
+		"A ratio is the service's pairs/s over redsync's at the same number of clients, and its total CPU time per pair over redsync's.",
+		where, joinInts(cfg.clients), cfg.duration, cfg.warmup, cpu)
 }
 
 // idAbout says what `coord bench id` measures with cfg, for the report.

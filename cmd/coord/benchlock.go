@@ -66,6 +66,8 @@ type benchConfig struct {
 	dataDir    string
 	asJSON     bool
 	cpuProfile string
+	inProcess  bool // run the service in the bench's process instead of as a child process
+	serverPID  int  // the process of --server, for its CPU time; 0: unknown
 }
 
 // allTargets lists every target in the order they run.
@@ -84,14 +86,16 @@ func benchLockFlags(fs *pflag.FlagSet) func() (benchConfig, error) {
 	targets := fs.String("targets", strings.Join(allTargets(), ","), "comma-separated targets to measure")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured length of each run")
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
-	fs.StringVar(&cfg.serverURL, "server", "", "base URL of a running coordkit service; empty starts one in-process")
-	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis host:port for redsync and the in-process service")
+	fs.StringVar(&cfg.serverURL, "server", "", "base URL of a running coordkit service (its backends should be the ones the backend flags name, for the cpu/pair backend column); empty starts one as a child process, see --in-process")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "process id of the --server service on this machine, for the cpu/pair service column; 0: unknown (-)")
+	fs.BoolVar(&cfg.inProcess, "in-process", false, "run the service in the bench's own process instead of as a child process (for --cpuprofile); its CPU time then counts with the clients'")
+	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis host:port for redsync and the service the bench starts")
 	redlockAddrs := fs.String("redlock-addrs", "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382", "Redlock nodes for redsync/redlock and service/redlock")
 	zkAddrs := fs.String("zk-addrs", "127.0.0.1:2181", "ZooKeeper for service/zookeeper")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB for service/mysql")
-	fs.StringVar(&cfg.dataDir, "data-dir", "", "SQLite directory of the in-process service; empty means a temporary one")
+	fs.StringVar(&cfg.dataDir, "data-dir", "", "SQLite directory of the service the bench starts; empty means a temporary one")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
-	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file (of the clients only, unless --in-process)")
 	return func() (benchConfig, error) { return cfg.check(*clients, *targets, *redlockAddrs, *zkAddrs) }
 }
 
@@ -110,6 +114,12 @@ func (cfg benchConfig) check(clients, targets, redlockAddrs, zkAddrs string) (be
 	}
 	if cfg.warmup < 0 {
 		return cfg, fmt.Errorf("bench: --warmup %v must not be negative", cfg.warmup)
+	}
+	if cfg.serverURL != "" && cfg.inProcess {
+		return cfg, errors.New("bench: --in-process starts a service, --server names a running one: give one of them")
+	}
+	if cfg.serverPID < 0 || (cfg.serverPID > 0 && cfg.serverURL == "") {
+		return cfg, fmt.Errorf("bench: --server-pid %d needs --server and must be positive", cfg.serverPID)
 	}
 	return cfg, nil
 }
@@ -142,9 +152,10 @@ func parseTargets(s string) ([]string, error) {
 	return out, nil
 }
 
-// benchLock implements `coord bench lock`: it measures acquire+release pairs per second and
-// the latency of one pair on every selected target at every client count, one run at a
-// time, and prints a table (or JSON) with the service-to-redsync throughput ratios.
+// benchLock implements `coord bench lock`: it measures acquire+release pairs per second, the
+// latency of one pair and the CPU time one pair costs the client, the service and the backend
+// on every selected target at every client count, one run at a time, and prints a table (or
+// JSON) with the service-to-redsync throughput and CPU ratios.
 func benchLock(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) error {
 	results, err := measureLock(ctx, cfg, stderr)
 	if results == nil && err != nil {
@@ -159,12 +170,12 @@ func benchLock(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) e
 // measureLock opens the targets, runs them and closes them; the results are those of the
 // runs that completed, even when it also returns an error.
 func measureLock(ctx context.Context, cfg benchConfig, stderr io.Writer) ([]runResult, error) {
-	pairs, closeTargets, err := openTargets(ctx, cfg)
+	targets, closeTargets, err := openTargets(ctx, cfg, stderr)
 	if err != nil {
 		return nil, err
 	}
 	results, runErr := profiled(cfg.cpuProfile, func() ([]runResult, error) {
-		return runAll(ctx, cfg, pairs, stderr)
+		return runAll(ctx, cfg, targets, stderr)
 	})
 	return results, errors.Join(runErr, closeTargets())
 }
@@ -192,14 +203,15 @@ func profiled(path string, fn func() ([]runResult, error)) ([]runResult, error) 
 
 // runAll measures every target at every client count, one run after another with a garbage
 // collection in between, and stops early when ctx ends.
-func runAll(ctx context.Context, cfg benchConfig, pairs map[string]pairFunc, stderr io.Writer) ([]runResult, error) {
+func runAll(ctx context.Context, cfg benchConfig, targets map[string]benchTarget, stderr io.Writer) ([]runResult, error) {
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
 	var results []runResult
 	for _, target := range cfg.targets {
 		for _, n := range cfg.clients {
 			runtime.GC()
 			run := fmt.Sprintf("%s.%s.c%d", stamp, target, n)
-			r := runLoad(ctx, pairs[target], run, n, cfg.warmup, cfg.duration)
+			t := targets[target]
+			r := runLoadCPU(ctx, t.pair, run, n, cfg.warmup, cfg.duration, &t.procs)
 			r.Target = target
 			if ctx.Err() != nil {
 				return results, fmt.Errorf("bench: %w", context.Cause(ctx))
@@ -217,26 +229,35 @@ func runAll(ctx context.Context, cfg benchConfig, pairs map[string]pairFunc, std
 // that was not acquired or not released, is an error.
 type pairFunc func(ctx context.Context, key string) error
 
-// openTargets prepares the selected targets: it starts the in-process service unless
-// --server names one, and connects to Redis for redsync. It returns a pair function per
-// target and the function that stops and closes everything it opened.
-func openTargets(ctx context.Context, cfg benchConfig) (map[string]pairFunc, func() error, error) {
+// benchTarget is one target ready to run: its pair function and the processes it costs
+// CPU time in.
+type benchTarget struct {
+	pair  pairFunc
+	procs runProcs
+}
+
+// openTargets prepares the selected targets: it starts the service (a child process, or
+// in-process with --in-process) unless --server names one, connects to Redis for redsync
+// and finds the processes of each target's service and backend. It returns the targets and
+// the function that stops and closes everything it opened.
+func openTargets(ctx context.Context, cfg benchConfig, stderr io.Writer) (map[string]benchTarget, func() error, error) {
 	var closers service.Closers
-	pairs := map[string]pairFunc{}
+	warn := func(msg string) { fmt.Fprintln(stderr, msg) }
+	self := pidGroup(os.Getpid())
+	backends := backendProcs(ctx, cfg, warn)
+	targets := map[string]benchTarget{}
 	if slices.ContainsFunc(cfg.targets, isServiceTarget) {
-		url := cfg.serverURL
-		if url == "" {
-			u, stop, err := startService(ctx, cfg)
-			if err != nil {
-				return nil, nil, closers.Fail(err)
-			}
-			url = u
-			closers.Add(stop)
+		url, svc, err := openService(ctx, cfg, &closers, warn)
+		if err != nil {
+			return nil, nil, closers.Fail(err)
 		}
 		c := client.New(url)
 		for _, target := range cfg.targets {
 			if isServiceTarget(target) {
-				pairs[target] = servicePair(c, strings.TrimPrefix(target, "service/"))
+				targets[target] = benchTarget{
+					pair:  servicePair(c, strings.TrimPrefix(target, "service/")),
+					procs: runProcs{client: self, service: svc, backend: backends[targetBackend(target)], inProcess: cfg.inProcess},
+				}
 			}
 		}
 	}
@@ -249,28 +270,67 @@ func openTargets(ctx context.Context, cfg benchConfig) (map[string]pairFunc, fun
 			return nil, nil, closers.Fail(err)
 		}
 		closers.Add(closeRedis)
-		pairs[target] = pair
+		targets[target] = benchTarget{pair: pair, procs: runProcs{client: self, service: procGroup{none: true}, backend: backends[targetBackend(target)]}}
 	}
-	return pairs, closers.Close, nil
+	return targets, closers.Close, nil
 }
 
-// startService starts the lock service in-process on a loopback port with the same
-// bootstrap as `coord serve` and returns its base URL and the function that shuts it down
-// and removes its temporary data directory.
-func startService(ctx context.Context, cfg benchConfig) (string, func() error, error) {
-	dataDir, removeDir := cfg.dataDir, func() error { return nil }
-	if dataDir == "" {
-		dir, err := os.MkdirTemp("", "coord-bench-")
-		if err != nil {
-			return "", nil, fmt.Errorf("bench: %w", err)
+// openService starts the service the bench measures, unless --server names one, adding its
+// stop to closers. It returns its base URL and its process for the CPU columns: the child's;
+// none when in-process (the client's process counts it); --server-pid or unknown with
+// --server.
+func openService(ctx context.Context, cfg benchConfig, closers *service.Closers, warn func(string)) (string, procGroup, error) {
+	if cfg.serverURL != "" {
+		if cfg.serverPID > 0 {
+			return cfg.serverURL, pidGroup(cfg.serverPID), nil
 		}
-		dataDir, removeDir = dir, func() error { return os.RemoveAll(dir) }
+		return cfg.serverURL, procGroup{}, nil
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	dataDir, removeDir, err := benchDataDir(cfg)
 	if err != nil {
-		return "", nil, errors.Join(fmt.Errorf("bench: %w", err), removeDir())
+		return "", procGroup{}, err
 	}
-	scfg := serveConfig{addr: ln.Addr().String(), dataDir: dataDir, logLevel: "error", logFormat: "text"}
+	closers.Add(removeDir) // after the service stopped: closers close last added first
+	scfg := benchServeConfig(cfg, dataDir)
+	if cfg.inProcess {
+		url, stop, err := startService(ctx, scfg)
+		if err != nil {
+			return "", procGroup{}, err
+		}
+		closers.Add(stop)
+		return url, procGroup{none: true}, nil
+	}
+	p, err := startServiceProcess(ctx, scfg, warn)
+	if err != nil {
+		return "", procGroup{}, err
+	}
+	closers.Add(func() error {
+		err := p.stop()
+		if out := p.out.String(); err == nil && out != "" {
+			warn("bench: the service process logged: " + out) // its errors explain the rows' errors
+		}
+		return err
+	})
+	return p.url, pidGroup(p.pid), nil
+}
+
+// benchDataDir returns the SQLite directory of the service the bench starts, --data-dir or a
+// temporary one, and the function that removes it when it is temporary.
+func benchDataDir(cfg benchConfig) (string, func() error, error) {
+	if cfg.dataDir != "" {
+		return cfg.dataDir, func() error { return nil }, nil
+	}
+	dir, err := os.MkdirTemp("", "coord-bench-")
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
+	return dir, func() error { return os.RemoveAll(dir) }, nil
+}
+
+// benchServeConfig is the `coord serve` configuration of the service the bench starts: the
+// backends of the selected targets, logging errors only; addr is set where it starts.
+func benchServeConfig(cfg benchConfig, dataDir string) serveConfig {
+	scfg := serveConfig{dataDir: dataDir, logLevel: "error", logFormat: "text"}
 	if slices.Contains(cfg.targets, targetServiceRedis) {
 		scfg.redisAddr = cfg.redisAddr
 	}
@@ -284,9 +344,20 @@ func startService(ctx context.Context, cfg benchConfig) (string, func() error, e
 		scfg.mysqlDSN = cfg.mysqlDSN
 		scfg.lockScope = "bench"
 	}
+	return scfg
+}
+
+// startService starts the lock service in-process on a loopback port with the same
+// bootstrap as `coord serve` and returns its base URL and the function that shuts it down.
+func startService(ctx context.Context, scfg serveConfig) (string, func() error, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
+	scfg.addr = ln.Addr().String()
 	srv, closeBackends, err := newServer(ctx, scfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return "", nil, errors.Join(fmt.Errorf("bench: start service: %w", err), ln.Close(), removeDir())
+		return "", nil, errors.Join(fmt.Errorf("bench: start service: %w", err), ln.Close())
 	}
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	errc := make(chan error, 1)
@@ -296,9 +367,9 @@ func startService(ctx context.Context, cfg benchConfig) (string, func() error, e
 		err := <-errc
 		closeBackends()
 		if err != nil {
-			err = fmt.Errorf("bench: service: %w", err)
+			return fmt.Errorf("bench: service: %w", err)
 		}
-		return errors.Join(err, removeDir())
+		return nil
 	}
 	return "http://" + ln.Addr().String(), stop, nil
 }
@@ -366,6 +437,12 @@ func isServiceTarget(target string) bool { return strings.HasPrefix(target, "ser
 // and then duration, and summarizes the pairs that completed inside the measured window.
 // Every goroutine stops starting pairs when the window closes or ctx ends.
 func runLoad(ctx context.Context, pair pairFunc, run string, clients int, warmup, duration time.Duration) runResult {
+	return runLoadCPU(ctx, pair, run, clients, warmup, duration, nil)
+}
+
+// runLoadCPU is runLoad that also samples the CPU time of procs at the start and the end of
+// the measured window, unless procs is nil, for the CPU time per pair.
+func runLoadCPU(ctx context.Context, pair pairFunc, run string, clients int, warmup, duration time.Duration, procs *runProcs) runResult {
 	from := time.Now().Add(warmup)
 	end := from.Add(duration)
 	runCtx, cancel := context.WithDeadline(ctx, end.Add(drainTimeout))
@@ -377,8 +454,17 @@ func runLoad(ctx context.Context, pair pairFunc, run string, clients int, warmup
 		key := fmt.Sprintf("bench:%s:%d", run, i)
 		wg.Go(func() { samples[i] = worker(runCtx, pair, key, from, end) })
 	}
+	var cpuStart, cpuStop cpuSample
+	cpuOK := false
+	if procs != nil {
+		wg.Go(func() { cpuStart, cpuStop, cpuOK = procs.sampleWindow(runCtx, from, end) })
+	}
 	wg.Wait()
-	return summarize(samples, clients, duration)
+	r := summarize(samples, clients, duration)
+	if procs != nil {
+		r.CPU = procs.perPair(cpuStart, cpuStop, cpuOK, r.Pairs)
+	}
+	return r
 }
 
 // workerResult is what one client goroutine measured.

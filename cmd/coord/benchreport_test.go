@@ -13,9 +13,20 @@ import (
 // always printed and as the Markdown of the report, from the same rows.
 func TestBenchTableRender(t *testing.T) {
 	t.Parallel()
+	us := func(v float64) *float64 { return &v }
 	lock := []runResult{
-		{Target: "service/redis", Clients: 1, Pairs: 12155, PairsPerSec: 2431.2, P50: 387 * time.Microsecond, P99: 814 * time.Microsecond, Max: 6630 * time.Microsecond},
-		{Target: "redsync/redis", Clients: 1, Pairs: 53464, PairsPerSec: 10692.8, P50: 70 * time.Microsecond, P99: 274 * time.Microsecond, Max: 11800 * time.Microsecond, Errors: 2},
+		{Target: "service/redis", Clients: 1, Pairs: 12155, PairsPerSec: 2431.2, P50: 387 * time.Microsecond, P99: 814 * time.Microsecond, Max: 6630 * time.Microsecond,
+			CPU: &pairCPU{Client: us(236.4), Service: us(330), Backend: us(79.2), Total: us(645.6), ServicePID: 7, BackendPIDs: []int{3}}},
+		{Target: "redsync/redis", Clients: 1, Pairs: 53464, PairsPerSec: 10692.8, P50: 70 * time.Microsecond, P99: 274 * time.Microsecond, Max: 11800 * time.Microsecond, Errors: 2,
+			CPU: &pairCPU{Client: us(69), Backend: us(35), Total: us(104), NoService: true, BackendPIDs: []int{3}}},
+		{Target: "service/sqlite", Clients: 1, Pairs: 1961, PairsPerSec: 1961, P50: 478 * time.Microsecond, P99: 1330 * time.Microsecond, Max: 4486 * time.Microsecond,
+			CPU: &pairCPU{Client: us(8.04), Total: us(8.04), NoBackend: true}}, // --server without --server-pid: service unknown
+	}
+	inProcess := []runResult{
+		{Target: "service/redis", Clients: 4, Pairs: 1771, PairsPerSec: 3542, P50: 896 * time.Microsecond, P99: 6044 * time.Microsecond, Max: 7563 * time.Microsecond,
+			CPU: &pairCPU{Client: us(260), Backend: us(51), Total: us(311), InProcess: true}},
+		{Target: "redsync/redis", Clients: 4, Pairs: 7195, PairsPerSec: 14390, P50: 248 * time.Microsecond, P99: 1433 * time.Microsecond, Max: 13500 * time.Microsecond,
+			CPU: &pairCPU{Client: us(50), Backend: us(22), NoService: true}}, // backend's total unknown
 	}
 	spread := 11.24
 	contend := []contendResult{
@@ -42,17 +53,37 @@ func TestBenchTableRender(t *testing.T) {
 		{
 			name:   "lock with ratio",
 			tables: []benchTable{lockTable(lock)},
-			text: `  target         clients  pairs  pairs/s    p50    p99     max  errors
-  service/redis        1  12155     2431  387µs  814µs  6.63ms       0
-  redsync/redis        1  53464    10693   70µs  274µs  11.8ms       2
-ratio service/redis ÷ redsync/redis at 1 clients: 0.23
+			text: `  target          clients  pairs  pairs/s    p50     p99      max  errors  cpu/pair client  service  backend  total
+  service/redis         1  12155     2431  387µs   814µs   6.63ms       0            236µs    330µs     79µs  646µs
+  redsync/redis         1  53464    10693   70µs   274µs   11.8ms       2             69µs        -     35µs  104µs
+  service/sqlite        1   1961     1961  478µs  1.33ms  4.486ms       0            8.0µs        -        -  8.0µs
+ratio service/redis ÷ redsync/redis at 1 clients: pairs/s 0.23, cpu/pair total 6.21
 `,
-			markdown: `| target | clients | pairs | pairs/s | p50 | p99 | max | errors |
-| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
-| service/redis | 1 | 12155 | 2431 | 387µs | 814µs | 6.63ms | 0 |
-| redsync/redis | 1 | 53464 | 10693 | 70µs | 274µs | 11.8ms | 2 |
+			markdown: `| target | clients | pairs | pairs/s | p50 | p99 | max | errors | cpu/pair client | service | backend | total |
+| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+| service/redis | 1 | 12155 | 2431 | 387µs | 814µs | 6.63ms | 0 | 236µs | 330µs | 79µs | 646µs |
+| redsync/redis | 1 | 53464 | 10693 | 70µs | 274µs | 11.8ms | 2 | 69µs | - | 35µs | 104µs |
+| service/sqlite | 1 | 1961 | 1961 | 478µs | 1.33ms | 4.486ms | 0 | 8.0µs | - | - | 8.0µs |
 
-- ratio service/redis ÷ redsync/redis at 1 clients: 0.23
+- ratio service/redis ÷ redsync/redis at 1 clients: pairs/s 0.23, cpu/pair total 6.21
+`,
+		},
+		{
+			name:   "lock in-process: client and service one column, a CPU ratio unknown",
+			tables: []benchTable{lockTable(inProcess)},
+			text: `  target         clients  pairs  pairs/s    p50      p99      max  errors  cpu/pair client+service  backend  total
+  service/redis        4   1771     3542  896µs  6.044ms  7.563ms       0                    260µs     51µs  311µs
+  redsync/redis        4   7195    14390  248µs  1.433ms   13.5ms       0                     50µs     22µs      -
+ratio service/redis ÷ redsync/redis at 4 clients: pairs/s 0.25, cpu/pair total -
+cpu/pair client+service: the service ran in the bench's own process (--in-process), so its CPU time is the clients' too
+`,
+			markdown: `| target | clients | pairs | pairs/s | p50 | p99 | max | errors | cpu/pair client+service | backend | total |
+| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+| service/redis | 4 | 1771 | 3542 | 896µs | 6.044ms | 7.563ms | 0 | 260µs | 51µs | 311µs |
+| redsync/redis | 4 | 7195 | 14390 | 248µs | 1.433ms | 13.5ms | 0 | 50µs | 22µs | - |
+
+- ratio service/redis ÷ redsync/redis at 4 clients: pairs/s 0.25, cpu/pair total -
+- cpu/pair client+service: the service ran in the bench's own process (--in-process), so its CPU time is the clients' too
 `,
 		},
 		{
@@ -117,9 +148,9 @@ ratio service/redis ÷ redsync/redis: handoffs/s 0.55, wait p99 0.23
 		{
 			name:   "no rows: the header alone",
 			tables: []benchTable{lockTable(nil)},
-			text:   "  target  clients  pairs  pairs/s  p50  p99  max  errors\n",
-			markdown: "| target | clients | pairs | pairs/s | p50 | p99 | max | errors |\n" +
-				"| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+			text:   "  target  clients  pairs  pairs/s  p50  p99  max  errors  cpu/pair client  service  backend  total\n",
+			markdown: "| target | clients | pairs | pairs/s | p50 | p99 | max | errors | cpu/pair client | service | backend | total |\n" +
+				"| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,7 +200,7 @@ func TestBenchReportMarkdown(t *testing.T) {
 		{"date, commit, duration, command", "Measured 2026-11-24 01:02 UTC from commit `0123abc` plus uncommitted changes, in 4m10s, by `make bench` (that is: start the dev backends, then `coord bench all --report docs/benchmarks.md`)."},
 		{"machine", "## Machine\n\n- cores: 2 (runtime.NumCPU; GOMAXPROCS 2)\n- CPU: Some CPU \\| 2.0GHz\n- Redis: 7.0.15 at 127.0.0.1:6379\n"},
 		{"section heading with its own command", "\n## Locks: `coord bench lock --duration 3s --warmup 500ms`\n\nPairs. (took 1m20s)\n\n| target | clients |"},
-		{"row", "| service/sqlite | 16 | 100 | 33 | 0s | 0s | 0s | 0 |\n"},
+		{"row, CPU not measured", "| service/sqlite | 16 | 100 | 33 | 0s | 0s | 0s | 0 | - | - | - | - |\n"},
 		{"failure kept with the tables", "**This benchmark failed**, its tables hold what it measured before: bench: mysql: connection refused\n\n| target | count |"},
 	} {
 		if !strings.Contains(got, tt.want) {
@@ -220,6 +251,12 @@ func TestBenchAllConfig(t *testing.T) {
 			!slices.Equal(cfg.contend.targets, contendTargets()) || cfg.id.batch != 1000 || !slices.Equal(cfg.task.backends, taskBenchBackends) {
 			t.Errorf("bench all %q: lock clients %v targets %v, contend targets %v, id batch %d, task backends %v; want the defaults of each",
 				tt.args, cfg.lock.clients, cfg.lock.targets, cfg.contend.targets, cfg.id.batch, cfg.task.backends)
+		}
+		if cfg.lock.inProcess || cfg.lock.serverURL != "" {
+			t.Errorf("bench all %q: lock in-process %v, server %q; want its own service as a child process, for the CPU columns", tt.args, cfg.lock.inProcess, cfg.lock.serverURL)
+		}
+		if about := lockAbout(cfg.lock); !strings.Contains(about, "child process") || !strings.Contains(about, "cpu/pair") {
+			t.Errorf("bench all %q: the report says of lock %q, want it to say the service is a child process and what cpu/pair is", tt.args, about)
 		}
 		want := []string{"--duration", tt.dur.String(), "--warmup", tt.warmup.String()}
 		if !slices.Equal(cfg.args["lock"], want) || !slices.Equal(cfg.args["task"], []string{"--tasks", strconv.Itoa(tt.tasks)}) {

@@ -21,14 +21,19 @@ type runResult struct {
 	Max         time.Duration `json:"max_ns"`
 	Errors      int           `json:"errors"`
 	FirstError  string        `json:"first_error,omitempty"`
+	// CPU is what one pair cost each process in CPU time; nil where it is not measured (the
+	// ID benchmark's runs).
+	CPU *pairCPU `json:"cpu_per_pair,omitempty"`
 }
 
-// ratio compares a service target with its peer library at one client count.
+// ratio compares a service target with its peer library at one client count: pairs/s, and
+// the total CPU time of a pair when both are known.
 type ratio struct {
-	Target  string  `json:"target"`
-	Peer    string  `json:"peer"`
-	Clients int     `json:"clients"`
-	Ratio   float64 `json:"ratio"`
+	Target   string   `json:"target"`
+	Peer     string   `json:"peer"`
+	Clients  int      `json:"clients"`
+	Ratio    float64  `json:"ratio"`
+	CPURatio *float64 `json:"cpu_per_pair_total_ratio,omitempty"`
 }
 
 // summarize merges the workers' samples of a run that measured for duration.
@@ -64,15 +69,16 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 // ratios returns, for every service target with a peer (see peers) measured at the same
-// client count, the service's pairs/s divided by the peer's, in the order of the runs.
+// client count, the service's pairs/s divided by the peer's and the service's total CPU time
+// per pair divided by the peer's, in the order of the runs.
 func ratios(results []runResult) []ratio {
 	type run struct {
 		target  string
 		clients int
 	}
-	measured := map[run]float64{}
+	measured := map[run]runResult{}
 	for _, r := range results {
-		measured[run{r.Target, r.Clients}] = r.PairsPerSec
+		measured[run{r.Target, r.Clients}] = r
 	}
 	var out []ratio
 	for _, r := range results {
@@ -84,11 +90,15 @@ func ratios(results []runResult) []ratio {
 		if !ok {
 			continue
 		}
-		q := math.NaN()
-		if p > 0 {
-			q = r.PairsPerSec / p
+		q := ratio{Target: r.Target, Peer: peer, Clients: r.Clients, Ratio: math.NaN()}
+		if p.PairsPerSec > 0 {
+			q.Ratio = r.PairsPerSec / p.PairsPerSec
 		}
-		out = append(out, ratio{Target: r.Target, Peer: peer, Clients: r.Clients, Ratio: q})
+		if r.CPU != nil && p.CPU != nil && r.CPU.Total != nil && p.CPU.Total != nil && *p.CPU.Total > 0 {
+			c := *r.CPU.Total / *p.CPU.Total
+			q.CPURatio = &c
+		}
+		out = append(out, q)
 	}
 	return out
 }
@@ -108,15 +118,39 @@ func writeTable(w io.Writer, results []runResult) error {
 }
 
 // lockTable is the table of `coord bench lock`: one row per run, then one ratio line per
-// service target and client count.
+// service target and client count. The CPU columns are the client's (the bench process), the
+// service's and the backend's per pair, and their total; with the service in-process, the
+// client's and the service's are one column.
 func lockTable(results []runResult) benchTable {
+	inProcess := slices.ContainsFunc(results, func(r runResult) bool { return r.CPU != nil && r.CPU.InProcess })
 	t := benchTable{header: []string{"target", "clients", "pairs", "pairs/s", "p50", "p99", "max", "errors"}}
+	if inProcess {
+		t.header = append(t.header, "cpu/pair client+service", "backend", "total")
+	} else {
+		t.header = append(t.header, "cpu/pair client", "service", "backend", "total")
+	}
 	for _, r := range results {
-		t.rows = append(t.rows, []string{r.Target, strconv.Itoa(r.Clients), strconv.Itoa(r.Pairs), fmt.Sprintf("%.0f", r.PairsPerSec),
-			fmtLatency(r.P50), fmtLatency(r.P99), fmtLatency(r.Max), strconv.Itoa(r.Errors)})
+		row := []string{r.Target, strconv.Itoa(r.Clients), strconv.Itoa(r.Pairs), fmt.Sprintf("%.0f", r.PairsPerSec),
+			fmtLatency(r.P50), fmtLatency(r.P99), fmtLatency(r.Max), strconv.Itoa(r.Errors)}
+		c := r.CPU
+		if c == nil {
+			c = &pairCPU{}
+		}
+		row = append(row, fmtCPU(c.Client))
+		if !inProcess {
+			row = append(row, fmtCPU(c.Service))
+		}
+		t.rows = append(t.rows, append(row, fmtCPU(c.Backend), fmtCPU(c.Total)))
 	}
 	for _, q := range ratios(results) {
-		t.notes = append(t.notes, fmt.Sprintf("ratio %s ÷ %s at %d clients: %.2f", q.Target, q.Peer, q.Clients, q.Ratio))
+		cpu := "-"
+		if q.CPURatio != nil {
+			cpu = fmt.Sprintf("%.2f", *q.CPURatio)
+		}
+		t.notes = append(t.notes, fmt.Sprintf("ratio %s ÷ %s at %d clients: pairs/s %.2f, cpu/pair total %s", q.Target, q.Peer, q.Clients, q.Ratio, cpu))
+	}
+	if inProcess {
+		t.notes = append(t.notes, "cpu/pair client+service: the service ran in the bench's own process (--in-process), so its CPU time is the clients' too")
 	}
 	return t
 }

@@ -33,6 +33,7 @@ type Client struct {
 }
 
 type options struct {
+	batching   int
 	httpClient connect.HTTPClient
 	tlsConfig  *tls.Config
 	token      string
@@ -61,6 +62,17 @@ func WithToken(token string) Option { return func(o *options) { o.token = token 
 // default.
 func WithBackend(name string) Option { return func(o *options) { o.backend = name } }
 
+// DefaultBatching is how many lock requests a Client keeps in flight before further calls
+// queue and go out together as one Batch request (see WithBatching).
+const DefaultBatching = 2
+
+// WithBatching sets how many lock requests the client keeps in flight at once; calls made
+// while all of them are busy queue and leave together, as one Batch request, when one
+// comes back. So an idle caller waits for nothing and many concurrent callers share round
+// trips instead of paying one each. Every method still answers exactly what its own call
+// would. 0 turns batching off: every call is its own request. Default DefaultBatching.
+func WithBatching(maxInFlight int) Option { return func(o *options) { o.batching = maxInFlight } }
+
 // WithConnectOptions passes options to the generated Connect clients, for example
 // connect.WithGRPC() or an interceptor of one's own.
 func WithConnectOptions(opts ...connect.ClientOption) Option {
@@ -72,8 +84,12 @@ func WithConnectOptions(opts ...connect.ClientOption) Option {
 func New(baseURL string, opts ...Option) *Client {
 	o := newOptions(opts)
 	httpClient, connectOpts := o.transport()
+	var locks lockv1connect.LockServiceClient = lockv1connect.NewLockServiceClient(httpClient, baseURL, connectOpts...)
+	if o.batching > 0 {
+		locks = newBatchingLocks(locks, o.batching)
+	}
 	return &Client{
-		locks:   lockv1connect.NewLockServiceClient(httpClient, baseURL, connectOpts...),
+		locks:   locks,
 		tasks:   taskpickv1connect.NewTaskPickServiceClient(httpClient, baseURL, connectOpts...),
 		ids:     idgenv1connect.NewIdServiceClient(httpClient, baseURL, connectOpts...),
 		backend: o.backend,
@@ -89,7 +105,7 @@ func Transport(opts ...Option) (connect.HTTPClient, []connect.ClientOption) {
 }
 
 func newOptions(opts []Option) options {
-	o := options{}
+	o := options{batching: DefaultBatching}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -123,7 +139,8 @@ func DefaultHTTPClient() *http.Client {
 	return &http.Client{Transport: t}
 }
 
-// Locks is the raw lock API, for callers that manage leases themselves (like the CLI).
+// Locks is the raw lock API, for callers that manage leases themselves (like the CLI). It
+// batches concurrent calls like the rest of the client (see WithBatching).
 func (c *Client) Locks() lockv1connect.LockServiceClient { return c.locks }
 
 // IDs is the ID service's API.

@@ -155,6 +155,12 @@ func (b *Bus) Publish(subject string, m proto.Message) error {
 	if err != nil {
 		return fmt.Errorf("event: encode %s: %w", subject, err)
 	}
+	return b.PublishJSON(subject, data)
+}
+
+// PublishJSON sends data, a message already in its protobuf JSON form, on subject: Publish
+// for the hot paths that encode their events without reflection.
+func (b *Bus) PublishJSON(subject string, data []byte) error {
 	if err := b.nc.Publish(subject, data); err != nil {
 		b.metrics.publishFailures.Inc()
 		return fmt.Errorf("event: publish %s: %w", subject, err)

@@ -22,7 +22,9 @@ import (
 func eventPair(t *testing.T, bc backendCase) (a, b *instance, natsURL string) {
 	open := bc.store(t)
 	busA, busB := busPair(t)
-	return startInstanceWith(t, bc.name, open(t), busA), startInstanceWith(t, bc.name, open(t), busB), busA.ClientURL()
+	a, b = startInstanceWith(t, bc.name, open(t), busA), startInstanceWith(t, bc.name, open(t), busB)
+	a.client, b.client = client.New(a.url, bc.clientOptions()...), client.New(b.url, bc.clientOptions()...)
+	return a, b, busA.ClientURL()
 }
 
 // received is one event as a subscriber saw it.

@@ -51,11 +51,14 @@ var behaviours = []struct {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, bc := range backends {
-		for _, b := range behaviours {
-			t.Run(bc.name+"/"+b.name, func(t *testing.T) {
-				t.Parallel()
-				b.run(t, bc)
-			})
+		for _, tr := range transports {
+			bc.unary = tr.unary
+			for _, b := range behaviours {
+				t.Run(bc.name+"/"+tr.name+"/"+b.name, func(t *testing.T) {
+					t.Parallel()
+					b.run(t, bc)
+				})
+			}
 		}
 	}
 }

@@ -80,7 +80,8 @@ func (s *Service) publish(ev *lockv1.LockEvent) {
 		return
 	}
 	ev.Time = timestamppb.Now()
-	if err := s.bus.Publish(subject.Lock(subject.LockKind(ev.GetKind()), ev.GetBackend(), ev.GetKey()), ev); err != nil {
+	data := appendEventJSON(make([]byte, 0, 256), ev)
+	if err := s.bus.PublishJSON(subject.Lock(subject.LockKind(ev.GetKind()), ev.GetBackend(), ev.GetKey()), data); err != nil {
 		s.log.Debug("lock: event not published", "key", ev.GetKey(), "backend", ev.GetBackend(), "error", err)
 	}
 }

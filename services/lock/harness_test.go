@@ -13,6 +13,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/event"
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/redislock"
@@ -25,6 +26,24 @@ import (
 type backendCase struct {
 	name  string
 	store func(t *testing.T) (open func(t *testing.T) lock.Backend)
+	// unary makes the clients of pair and eventPair send every call as its own request
+	// (client.WithBatching(0)); by default they batch concurrent calls, as the SDK does.
+	unary bool
+}
+
+// transports are the two ways the conformance table reaches the service: through the SDK's
+// batching (concurrent calls travel together in Batch requests) and as plain unary calls.
+var transports = []struct {
+	name  string
+	unary bool
+}{{"batched", false}, {"unary", true}}
+
+// clientOptions are the options of bc's clients.
+func (bc backendCase) clientOptions() []client.Option {
+	if bc.unary {
+		return []client.Option{client.WithBatching(0)}
+	}
+	return nil
 }
 
 var backends = []backendCase{
@@ -39,7 +58,7 @@ func redisStore(t *testing.T) func(t *testing.T) lock.Backend {
 	prefix := testenv.Prefix(t)
 	testenv.CleanRedis(t, testenv.Redis(t, ""), prefix)
 	return func(t *testing.T) lock.Backend {
-		return redislock.New(testenv.Redis(t, ""), prefix)
+		return redislock.New(redisconf.Pipelined(testenv.Redis(t, "")), prefix) // as lockservice.Open wires it
 	}
 }
 
@@ -80,11 +99,11 @@ func startInstanceWith(t *testing.T, name string, b lock.Backend, bus *event.Bus
 
 // grpcClient talks gRPC over cleartext HTTP/2 (h2c) to an instance, the other protocol the
 // bootstrap serves on the same port.
-func grpcClient(url string) *client.Client {
+func grpcClient(url string, opts ...client.Option) *client.Client {
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: &http.Transport{Protocols: p}}
-	return client.New(url, client.WithHTTPClient(hc), client.WithConnectOptions(connect.WithGRPC()))
+	return client.New(url, append([]client.Option{client.WithHTTPClient(hc), client.WithConnectOptions(connect.WithGRPC())}, opts...)...)
 }
 
 // pair starts two service instances on one store of bc and returns a client of each: the
@@ -96,7 +115,7 @@ func pair(t *testing.T, bc backendCase) (*client.Client, *client.Client) {
 	busA, busB := busPair(t)
 	a := startInstanceWith(t, bc.name, open(t), busA)
 	b := startInstanceWith(t, bc.name, open(t), busB)
-	return a.client, grpcClient(b.url)
+	return client.New(a.url, bc.clientOptions()...), grpcClient(b.url, bc.clientOptions()...)
 }
 
 // busPair returns the event buses of two instances: the first runs an embedded NATS server

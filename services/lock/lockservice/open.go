@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/services/lock"
@@ -54,7 +55,7 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	backends["sqlite"] = sq
 
 	if rdb := deps.RedisClient(); rdb != nil {
-		backends["redis"] = redislock.New(rdb, "")
+		backends["redis"] = redislock.New(redisconf.Pipelined(rdb), "")
 	}
 	if len(cfg.RedlockAddrs) > 0 {
 		b, err := redlock.Open(ctx, cfg.RedlockAddrs, redlock.Config{})

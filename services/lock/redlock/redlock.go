@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/redislock"
 )
@@ -127,6 +128,9 @@ func Open(ctx context.Context, addrs []string, cfg Config) (*Backend, error) {
 	}
 	b := New(scripters, cfg)
 	b.owned = clients
+	for i, c := range clients { // scripts sent to a node at the same time share a round trip
+		b.nodes[i].rdb = redisconf.Pipelined(c)
+	}
 
 	replies := fanOut(ctx, b, pingTimeout, nil, func(ctx context.Context, i int, _ redis.Scripter) (struct{}, error) {
 		return struct{}{}, clients[i].Ping(ctx).Err()

@@ -1016,6 +1016,404 @@ func (x *LockEvent) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// BatchRequest carries the operations of a Batch call.
+type BatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operations, 1 to 1000.
+	Operations    []*BatchOperation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRequest) Reset() {
+	*x = BatchRequest{}
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRequest) ProtoMessage() {}
+
+func (x *BatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
+func (*BatchRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BatchRequest) GetOperations() []*BatchOperation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+// BatchOperation is one operation of a batch: exactly one of its fields is set.
+type BatchOperation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	//
+	// Types that are valid to be assigned to Operation:
+	//
+	//	*BatchOperation_Acquire
+	//	*BatchOperation_Release
+	//	*BatchOperation_Renew
+	//	*BatchOperation_Inspect
+	Operation     isBatchOperation_Operation `protobuf_oneof:"operation"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOperation) Reset() {
+	*x = BatchOperation{}
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOperation) ProtoMessage() {}
+
+func (x *BatchOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOperation.ProtoReflect.Descriptor instead.
+func (*BatchOperation) Descriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BatchOperation) GetOperation() isBatchOperation_Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetInspect() *InspectRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Inspect); ok {
+			return x.Inspect
+		}
+	}
+	return nil
+}
+
+type isBatchOperation_Operation interface {
+	isBatchOperation_Operation()
+}
+
+type BatchOperation_Acquire struct {
+	// An Acquire that does not wait (wait unset or 0).
+	Acquire *AcquireRequest `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type BatchOperation_Release struct {
+	// A Release.
+	Release *ReleaseRequest `protobuf:"bytes,2,opt,name=release,proto3,oneof"`
+}
+
+type BatchOperation_Renew struct {
+	// A Renew.
+	Renew *RenewRequest `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
+}
+
+type BatchOperation_Inspect struct {
+	// An Inspect.
+	Inspect *InspectRequest `protobuf:"bytes,4,opt,name=inspect,proto3,oneof"`
+}
+
+func (*BatchOperation_Acquire) isBatchOperation_Operation() {}
+
+func (*BatchOperation_Release) isBatchOperation_Operation() {}
+
+func (*BatchOperation_Renew) isBatchOperation_Operation() {}
+
+func (*BatchOperation_Inspect) isBatchOperation_Operation() {}
+
+// BatchResponse answers every operation of a Batch call, in the request's order.
+type BatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per operation.
+	Results       []*BatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponse) Reset() {
+	*x = BatchResponse{}
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponse) ProtoMessage() {}
+
+func (x *BatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
+func (*BatchResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BatchResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchResult is one operation's answer: its response, or its error.
+type BatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation's response, of the same kind as the operation; unset on error.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchResult_Acquire
+	//	*BatchResult_Release
+	//	*BatchResult_Renew
+	//	*BatchResult_Inspect
+	Result isBatchResult_Result `protobuf_oneof:"result"`
+	// The error the operation alone would have failed with; unset on success.
+	Error         *BatchError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResult) Reset() {
+	*x = BatchResult{}
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResult) ProtoMessage() {}
+
+func (x *BatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
+func (*BatchResult) Descriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BatchResult) GetResult() isBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchResult) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetInspect() *InspectResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Inspect); ok {
+			return x.Inspect
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetError() *BatchError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type isBatchResult_Result interface {
+	isBatchResult_Result()
+}
+
+type BatchResult_Acquire struct {
+	// The Acquire's response.
+	Acquire *AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type BatchResult_Release struct {
+	// The Release's response.
+	Release *ReleaseResponse `protobuf:"bytes,2,opt,name=release,proto3,oneof"`
+}
+
+type BatchResult_Renew struct {
+	// The Renew's response.
+	Renew *RenewResponse `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
+}
+
+type BatchResult_Inspect struct {
+	// The Inspect's response.
+	Inspect *InspectResponse `protobuf:"bytes,4,opt,name=inspect,proto3,oneof"`
+}
+
+func (*BatchResult_Acquire) isBatchResult_Result() {}
+
+func (*BatchResult_Release) isBatchResult_Result() {}
+
+func (*BatchResult_Renew) isBatchResult_Result() {}
+
+func (*BatchResult_Inspect) isBatchResult_Result() {}
+
+// BatchError is an operation's error, as Connect would have sent it for a single call.
+type BatchError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Connect error code in its wire form, such as failed_precondition or unavailable.
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The error message.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchError) Reset() {
+	*x = BatchError{}
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchError) ProtoMessage() {}
+
+func (x *BatchError) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_lock_v1_lock_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchError.ProtoReflect.Descriptor instead.
+func (*BatchError) Descriptor() ([]byte, []int) {
+	return file_coordkit_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BatchError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *BatchError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_coordkit_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
@@ -1087,18 +1485,42 @@ const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\tholder_id\x18\x05 \x01(\tR\bholderId\x129\n" +
 	"\n" +
 	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12.\n" +
-	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time*\x89\x01\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"P\n" +
+	"\fBatchRequest\x12@\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2 .coordkit.lock.v1.BatchOperationR\n" +
+	"operations\"\x8f\x02\n" +
+	"\x0eBatchOperation\x12<\n" +
+	"\aacquire\x18\x01 \x01(\v2 .coordkit.lock.v1.AcquireRequestH\x00R\aacquire\x12<\n" +
+	"\arelease\x18\x02 \x01(\v2 .coordkit.lock.v1.ReleaseRequestH\x00R\arelease\x126\n" +
+	"\x05renew\x18\x03 \x01(\v2\x1e.coordkit.lock.v1.RenewRequestH\x00R\x05renew\x12<\n" +
+	"\ainspect\x18\x04 \x01(\v2 .coordkit.lock.v1.InspectRequestH\x00R\ainspectB\v\n" +
+	"\toperation\"H\n" +
+	"\rBatchResponse\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.coordkit.lock.v1.BatchResultR\aresults\"\xc1\x02\n" +
+	"\vBatchResult\x12=\n" +
+	"\aacquire\x18\x01 \x01(\v2!.coordkit.lock.v1.AcquireResponseH\x00R\aacquire\x12=\n" +
+	"\arelease\x18\x02 \x01(\v2!.coordkit.lock.v1.ReleaseResponseH\x00R\arelease\x127\n" +
+	"\x05renew\x18\x03 \x01(\v2\x1f.coordkit.lock.v1.RenewResponseH\x00R\x05renew\x12=\n" +
+	"\ainspect\x18\x04 \x01(\v2!.coordkit.lock.v1.InspectResponseH\x00R\ainspect\x122\n" +
+	"\x05error\x18\x05 \x01(\v2\x1c.coordkit.lock.v1.BatchErrorR\x05errorB\b\n" +
+	"\x06result\":\n" +
+	"\n" +
+	"BatchError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*\x89\x01\n" +
 	"\rLockEventKind\x12\x1f\n" +
 	"\x1bLOCK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOCK_EVENT_KIND_ACQUIRED\x10\x01\x12\x1c\n" +
 	"\x18LOCK_EVENT_KIND_RELEASED\x10\x02\x12\x1b\n" +
-	"\x17LOCK_EVENT_KIND_EXPIRED\x10\x032\x9d\x03\n" +
+	"\x17LOCK_EVENT_KIND_EXPIRED\x10\x032\xe9\x03\n" +
 	"\vLockService\x12P\n" +
 	"\aAcquire\x12 .coordkit.lock.v1.AcquireRequest\x1a!.coordkit.lock.v1.AcquireResponse\"\x00\x12P\n" +
 	"\aRelease\x12 .coordkit.lock.v1.ReleaseRequest\x1a!.coordkit.lock.v1.ReleaseResponse\"\x00\x12J\n" +
 	"\x05Renew\x12\x1e.coordkit.lock.v1.RenewRequest\x1a\x1f.coordkit.lock.v1.RenewResponse\"\x00\x12P\n" +
 	"\aInspect\x12 .coordkit.lock.v1.InspectRequest\x1a!.coordkit.lock.v1.InspectResponse\"\x00\x12L\n" +
-	"\x05Watch\x12\x1e.coordkit.lock.v1.WatchRequest\x1a\x1f.coordkit.lock.v1.WatchResponse\"\x000\x01B\xc3\x01\n" +
+	"\x05Watch\x12\x1e.coordkit.lock.v1.WatchRequest\x1a\x1f.coordkit.lock.v1.WatchResponse\"\x000\x01\x12J\n" +
+	"\x05Batch\x12\x1e.coordkit.lock.v1.BatchRequest\x1a\x1f.coordkit.lock.v1.BatchResponse\"\x00B\xc3\x01\n" +
 	"\x14com.coordkit.lock.v1B\tLockProtoP\x01Z>github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1;lockv1\xa2\x02\x03CLX\xaa\x02\x10Coordkit.Lock.V1\xca\x02\x10Coordkit\\Lock\\V1\xe2\x02\x1cCoordkit\\Lock\\V1\\GPBMetadata\xea\x02\x12Coordkit::Lock::V1b\x06proto3"
 
 var (
@@ -1114,7 +1536,7 @@ func file_coordkit_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_coordkit_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordkit_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_coordkit_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_coordkit_lock_v1_lock_proto_goTypes = []any{
 	(LockEventKind)(0),            // 0: coordkit.lock.v1.LockEventKind
 	(*Lease)(nil),                 // 1: coordkit.lock.v1.Lease
@@ -1130,39 +1552,57 @@ var file_coordkit_lock_v1_lock_proto_goTypes = []any{
 	(*WatchRequest)(nil),          // 11: coordkit.lock.v1.WatchRequest
 	(*WatchResponse)(nil),         // 12: coordkit.lock.v1.WatchResponse
 	(*LockEvent)(nil),             // 13: coordkit.lock.v1.LockEvent
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*BatchRequest)(nil),          // 14: coordkit.lock.v1.BatchRequest
+	(*BatchOperation)(nil),        // 15: coordkit.lock.v1.BatchOperation
+	(*BatchResponse)(nil),         // 16: coordkit.lock.v1.BatchResponse
+	(*BatchResult)(nil),           // 17: coordkit.lock.v1.BatchResult
+	(*BatchError)(nil),            // 18: coordkit.lock.v1.BatchError
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
 }
 var file_coordkit_lock_v1_lock_proto_depIdxs = []int32{
-	14, // 0: coordkit.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 1: coordkit.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
-	15, // 2: coordkit.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	15, // 3: coordkit.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	19, // 0: coordkit.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 1: coordkit.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 2: coordkit.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	20, // 3: coordkit.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 4: coordkit.lock.v1.AcquireResponse.lease:type_name -> coordkit.lock.v1.Lease
 	2,  // 5: coordkit.lock.v1.AcquireResponse.holder:type_name -> coordkit.lock.v1.LockState
-	15, // 6: coordkit.lock.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	20, // 6: coordkit.lock.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 7: coordkit.lock.v1.RenewResponse.lease:type_name -> coordkit.lock.v1.Lease
 	2,  // 8: coordkit.lock.v1.InspectResponse.state:type_name -> coordkit.lock.v1.LockState
 	2,  // 9: coordkit.lock.v1.WatchResponse.state:type_name -> coordkit.lock.v1.LockState
 	13, // 10: coordkit.lock.v1.WatchResponse.event:type_name -> coordkit.lock.v1.LockEvent
 	0,  // 11: coordkit.lock.v1.LockEvent.kind:type_name -> coordkit.lock.v1.LockEventKind
-	14, // 12: coordkit.lock.v1.LockEvent.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 13: coordkit.lock.v1.LockEvent.time:type_name -> google.protobuf.Timestamp
-	3,  // 14: coordkit.lock.v1.LockService.Acquire:input_type -> coordkit.lock.v1.AcquireRequest
-	5,  // 15: coordkit.lock.v1.LockService.Release:input_type -> coordkit.lock.v1.ReleaseRequest
-	7,  // 16: coordkit.lock.v1.LockService.Renew:input_type -> coordkit.lock.v1.RenewRequest
-	9,  // 17: coordkit.lock.v1.LockService.Inspect:input_type -> coordkit.lock.v1.InspectRequest
-	11, // 18: coordkit.lock.v1.LockService.Watch:input_type -> coordkit.lock.v1.WatchRequest
-	4,  // 19: coordkit.lock.v1.LockService.Acquire:output_type -> coordkit.lock.v1.AcquireResponse
-	6,  // 20: coordkit.lock.v1.LockService.Release:output_type -> coordkit.lock.v1.ReleaseResponse
-	8,  // 21: coordkit.lock.v1.LockService.Renew:output_type -> coordkit.lock.v1.RenewResponse
-	10, // 22: coordkit.lock.v1.LockService.Inspect:output_type -> coordkit.lock.v1.InspectResponse
-	12, // 23: coordkit.lock.v1.LockService.Watch:output_type -> coordkit.lock.v1.WatchResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	19, // 12: coordkit.lock.v1.LockEvent.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 13: coordkit.lock.v1.LockEvent.time:type_name -> google.protobuf.Timestamp
+	15, // 14: coordkit.lock.v1.BatchRequest.operations:type_name -> coordkit.lock.v1.BatchOperation
+	3,  // 15: coordkit.lock.v1.BatchOperation.acquire:type_name -> coordkit.lock.v1.AcquireRequest
+	5,  // 16: coordkit.lock.v1.BatchOperation.release:type_name -> coordkit.lock.v1.ReleaseRequest
+	7,  // 17: coordkit.lock.v1.BatchOperation.renew:type_name -> coordkit.lock.v1.RenewRequest
+	9,  // 18: coordkit.lock.v1.BatchOperation.inspect:type_name -> coordkit.lock.v1.InspectRequest
+	17, // 19: coordkit.lock.v1.BatchResponse.results:type_name -> coordkit.lock.v1.BatchResult
+	4,  // 20: coordkit.lock.v1.BatchResult.acquire:type_name -> coordkit.lock.v1.AcquireResponse
+	6,  // 21: coordkit.lock.v1.BatchResult.release:type_name -> coordkit.lock.v1.ReleaseResponse
+	8,  // 22: coordkit.lock.v1.BatchResult.renew:type_name -> coordkit.lock.v1.RenewResponse
+	10, // 23: coordkit.lock.v1.BatchResult.inspect:type_name -> coordkit.lock.v1.InspectResponse
+	18, // 24: coordkit.lock.v1.BatchResult.error:type_name -> coordkit.lock.v1.BatchError
+	3,  // 25: coordkit.lock.v1.LockService.Acquire:input_type -> coordkit.lock.v1.AcquireRequest
+	5,  // 26: coordkit.lock.v1.LockService.Release:input_type -> coordkit.lock.v1.ReleaseRequest
+	7,  // 27: coordkit.lock.v1.LockService.Renew:input_type -> coordkit.lock.v1.RenewRequest
+	9,  // 28: coordkit.lock.v1.LockService.Inspect:input_type -> coordkit.lock.v1.InspectRequest
+	11, // 29: coordkit.lock.v1.LockService.Watch:input_type -> coordkit.lock.v1.WatchRequest
+	14, // 30: coordkit.lock.v1.LockService.Batch:input_type -> coordkit.lock.v1.BatchRequest
+	4,  // 31: coordkit.lock.v1.LockService.Acquire:output_type -> coordkit.lock.v1.AcquireResponse
+	6,  // 32: coordkit.lock.v1.LockService.Release:output_type -> coordkit.lock.v1.ReleaseResponse
+	8,  // 33: coordkit.lock.v1.LockService.Renew:output_type -> coordkit.lock.v1.RenewResponse
+	10, // 34: coordkit.lock.v1.LockService.Inspect:output_type -> coordkit.lock.v1.InspectResponse
+	12, // 35: coordkit.lock.v1.LockService.Watch:output_type -> coordkit.lock.v1.WatchResponse
+	16, // 36: coordkit.lock.v1.LockService.Batch:output_type -> coordkit.lock.v1.BatchResponse
+	31, // [31:37] is the sub-list for method output_type
+	25, // [25:31] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_lock_v1_lock_proto_init() }
@@ -1170,13 +1610,25 @@ func file_coordkit_lock_v1_lock_proto_init() {
 	if File_coordkit_lock_v1_lock_proto != nil {
 		return
 	}
+	file_coordkit_lock_v1_lock_proto_msgTypes[14].OneofWrappers = []any{
+		(*BatchOperation_Acquire)(nil),
+		(*BatchOperation_Release)(nil),
+		(*BatchOperation_Renew)(nil),
+		(*BatchOperation_Inspect)(nil),
+	}
+	file_coordkit_lock_v1_lock_proto_msgTypes[16].OneofWrappers = []any{
+		(*BatchResult_Acquire)(nil),
+		(*BatchResult_Release)(nil),
+		(*BatchResult_Renew)(nil),
+		(*BatchResult_Inspect)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_lock_v1_lock_proto_rawDesc), len(file_coordkit_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,8 @@ const (
 	LockServiceInspectProcedure = "/coordkit.lock.v1.LockService/Inspect"
 	// LockServiceWatchProcedure is the fully-qualified name of the LockService's Watch RPC.
 	LockServiceWatchProcedure = "/coordkit.lock.v1.LockService/Watch"
+	// LockServiceBatchProcedure is the fully-qualified name of the LockService's Batch RPC.
+	LockServiceBatchProcedure = "/coordkit.lock.v1.LockService/Batch"
 )
 
 // LockServiceClient is a client for the coordkit.lock.v1.LockService service.
@@ -68,6 +70,14 @@ type LockServiceClient interface {
 	// watchers; events are hints (NATS delivers at most once), the state is in Inspect. An
 	// instance without events answers failed_precondition.
 	Watch(context.Context, *v1.WatchRequest) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// Batch runs many Acquire (tries only: wait unset or 0), Release, Renew and Inspect
+	// operations in one request, all at once, and answers each with its own result, in
+	// order: exactly what the same calls made one by one would answer, error included. One
+	// bad operation fails alone; no operation is ever half applied. Operations in one batch
+	// run concurrently, so two on the same key have no defined order: send dependent
+	// operations in separate batches. The Go SDK sends concurrent calls this way on its own.
+	// Up to 1000 operations; the request itself fails only when it is not a valid batch.
+	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
 }
 
 // NewLockServiceClient constructs a client for the coordkit.lock.v1.LockService service. By
@@ -111,6 +121,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		batch: connect.NewClient[v1.BatchRequest, v1.BatchResponse](
+			httpClient,
+			baseURL+LockServiceBatchProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Batch")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -121,6 +137,7 @@ type lockServiceClient struct {
 	renew   *connect.Client[v1.RenewRequest, v1.RenewResponse]
 	inspect *connect.Client[v1.InspectRequest, v1.InspectResponse]
 	watch   *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	batch   *connect.Client[v1.BatchRequest, v1.BatchResponse]
 }
 
 // Acquire calls coordkit.lock.v1.LockService.Acquire.
@@ -164,6 +181,15 @@ func (c *lockServiceClient) Watch(ctx context.Context, req *v1.WatchRequest) (*c
 	return c.watch.CallServerStream(ctx, connect.NewRequest(req))
 }
 
+// Batch calls coordkit.lock.v1.LockService.Batch.
+func (c *lockServiceClient) Batch(ctx context.Context, req *v1.BatchRequest) (*v1.BatchResponse, error) {
+	response, err := c.batch.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // LockServiceHandler is an implementation of the coordkit.lock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire takes the lock, or re-enters it when the same owner already holds it (the hold
@@ -185,6 +211,14 @@ type LockServiceHandler interface {
 	// watchers; events are hints (NATS delivers at most once), the state is in Inspect. An
 	// instance without events answers failed_precondition.
 	Watch(context.Context, *v1.WatchRequest, *connect.ServerStream[v1.WatchResponse]) error
+	// Batch runs many Acquire (tries only: wait unset or 0), Release, Renew and Inspect
+	// operations in one request, all at once, and answers each with its own result, in
+	// order: exactly what the same calls made one by one would answer, error included. One
+	// bad operation fails alone; no operation is ever half applied. Operations in one batch
+	// run concurrently, so two on the same key have no defined order: send dependent
+	// operations in separate batches. The Go SDK sends concurrent calls this way on its own.
+	// Up to 1000 operations; the request itself fails only when it is not a valid batch.
+	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -224,6 +258,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceBatchHandler := connect.NewUnaryHandlerSimple(
+		LockServiceBatchProcedure,
+		svc.Batch,
+		connect.WithSchema(lockServiceMethods.ByName("Batch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/coordkit.lock.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -236,6 +276,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceInspectHandler.ServeHTTP(w, r)
 		case LockServiceWatchProcedure:
 			lockServiceWatchHandler.ServeHTTP(w, r)
+		case LockServiceBatchProcedure:
+			lockServiceBatchHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -263,4 +305,8 @@ func (UnimplementedLockServiceHandler) Inspect(context.Context, *v1.InspectReque
 
 func (UnimplementedLockServiceHandler) Watch(context.Context, *v1.WatchRequest, *connect.ServerStream[v1.WatchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.lock.v1.LockService.Watch is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.lock.v1.LockService.Batch is not implemented"))
 }

@@ -1,0 +1,219 @@
+// Package batch coalesces concurrent calls into batches: natural batching, the way Redisson
+// and go-redis's autopipeline pay one round trip for many operations. A call that finds a
+// free sending slot goes out at once, alone, so an idle caller waits for nothing; calls that
+// arrive while every slot is busy queue and leave together as the next batch the moment a
+// slot frees. No timer, no linger: the batch size follows the load.
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrShortAnswer means a batch's send function answered fewer or more results than it was
+// given operations: every operation of that batch fails with it.
+var ErrShortAnswer = errors.New("batch: answer does not match the operations sent")
+
+// Result is one operation's outcome.
+type Result[Res any] struct {
+	// Value is the operation's answer when Err is nil.
+	Value Res
+	// Err is the operation's own error.
+	Err error
+}
+
+// SendFunc sends reqs as one batch and answers each in order. A non-nil error fails every
+// operation of the batch with it (the batch did not reach its destination, or its answer did
+// not come back); otherwise it returns exactly len(reqs) results. ctx carries the values of
+// the first caller's context, ends when every caller of the batch has given up, and has the
+// latest of their deadlines (none when any of them has none).
+type SendFunc[Req, Res any] func(ctx context.Context, reqs []Req) ([]Result[Res], error)
+
+// Config tunes a Coalescer.
+type Config struct {
+	// MaxInFlight is how many batches may be in flight at once; default 1. A call waits
+	// only when all of them are.
+	MaxInFlight int
+	// MaxBatch caps the operations in one batch; default 256.
+	MaxBatch int
+}
+
+// Coalescer sends operations through a SendFunc, batching those that arrive while earlier
+// batches are in flight. It is safe for concurrent use.
+type Coalescer[Req, Res any] struct {
+	send        SendFunc[Req, Res]
+	maxInFlight int
+	maxBatch    int
+
+	mu       sync.Mutex
+	pending  []*call[Req, Res]
+	inFlight int
+}
+
+// call is one Do waiting for its result.
+type call[Req, Res any] struct {
+	ctx    context.Context
+	req    Req
+	done   chan struct{}
+	res    Result[Res]
+	flight *flight // set, under Coalescer.mu, when the call leaves in a batch
+}
+
+// flight is one batch in flight: its context ends when the last of its callers gives up.
+type flight struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	waiting int
+}
+
+// New returns a Coalescer that sends through send.
+func New[Req, Res any](send SendFunc[Req, Res], cfg Config) *Coalescer[Req, Res] {
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 1
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 256
+	}
+	return &Coalescer[Req, Res]{send: send, maxInFlight: cfg.MaxInFlight, maxBatch: cfg.MaxBatch}
+}
+
+// Do sends req, alone when a sending slot is free and otherwise with the operations queued
+// behind the batches in flight, and returns its own result. When ctx ends first, Do returns
+// its cause at once: an operation still queued is never sent, and one already sent may
+// have been applied, exactly like a single call whose answer was lost.
+func (c *Coalescer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
+	var zero Res
+	if ctx.Err() != nil {
+		return zero, context.Cause(ctx)
+	}
+	cl := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
+	c.mu.Lock()
+	c.pending = append(c.pending, cl)
+	start := c.inFlight < c.maxInFlight
+	if start {
+		c.inFlight++
+	}
+	c.mu.Unlock()
+	if start {
+		go c.run()
+	}
+	select {
+	case <-cl.done:
+		return cl.res.Value, cl.res.Err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	sent := cl.flight
+	if sent == nil { // still queued: never sent
+		if i := slices.Index(c.pending, cl); i >= 0 {
+			c.pending = slices.Delete(c.pending, i, i+1)
+		}
+		c.mu.Unlock()
+		return zero, context.Cause(ctx)
+	}
+	c.mu.Unlock()
+	select {
+	case <-cl.done: // answered as the context ended: the answer wins
+		return cl.res.Value, cl.res.Err
+	default:
+	}
+	sent.leave()
+	return zero, context.Cause(ctx)
+}
+
+// takeLocked takes the next batch off the queue and marks it sent; c.mu is held and the
+// queue is not empty.
+func (c *Coalescer[Req, Res]) takeLocked() ([]*call[Req, Res], *flight) {
+	n := min(len(c.pending), c.maxBatch)
+	batch := slices.Clone(c.pending[:n])
+	c.pending = slices.Delete(c.pending, 0, n)
+	f := newFlight(batch)
+	return batch, f
+}
+
+// run holds a sending slot: it sends whatever is queued, batch after batch, until the
+// queue is empty and the slot is given back. It first lets every goroutine that is ready to
+// run go ahead, so calls made at the same moment (the operations of one request, the
+// callers one answer woke) leave together instead of the first alone; on an idle process
+// that costs nothing.
+func (c *Coalescer[Req, Res]) run() {
+	runtime.Gosched()
+	for {
+		c.mu.Lock()
+		if len(c.pending) == 0 {
+			c.inFlight--
+			c.mu.Unlock()
+			return
+		}
+		batch, f := c.takeLocked()
+		c.mu.Unlock()
+		c.sendBatch(batch, f)
+	}
+}
+
+// sendBatch sends one batch and hands every call its result.
+func (c *Coalescer[Req, Res]) sendBatch(batch []*call[Req, Res], f *flight) {
+	defer f.cancel()
+	reqs := make([]Req, len(batch))
+	for i, cl := range batch {
+		reqs[i] = cl.req
+	}
+	results, err := c.send(f.ctx, reqs)
+	if err == nil && len(results) != len(batch) {
+		err = fmt.Errorf("%w: %d operations, %d results", ErrShortAnswer, len(batch), len(results))
+	}
+	for i, cl := range batch {
+		if err != nil {
+			cl.res = Result[Res]{Err: err}
+		} else {
+			cl.res = results[i]
+		}
+		close(cl.done)
+	}
+}
+
+// newFlight marks batch as sent (c.mu is held) with the context it goes out with: the
+// first caller's values, the latest of the callers' deadlines, canceled once all have given
+// up.
+func newFlight[Req, Res any](batch []*call[Req, Res]) *flight {
+	var latest time.Time
+	bounded := true
+	for _, cl := range batch {
+		d, ok := cl.ctx.Deadline()
+		if !ok {
+			bounded = false
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	f := &flight{waiting: len(batch)}
+	base := context.WithoutCancel(batch[0].ctx)
+	if bounded {
+		f.ctx, f.cancel = context.WithDeadline(base, latest)
+	} else {
+		f.ctx, f.cancel = context.WithCancel(base)
+	}
+	for _, cl := range batch {
+		cl.flight = f
+	}
+	return f
+}
+
+// leave records that one caller gave up; the last one to leave cancels the batch.
+func (f *flight) leave() {
+	f.mu.Lock()
+	f.waiting--
+	last := f.waiting == 0
+	f.mu.Unlock()
+	if last {
+		f.cancel()
+	}
+}

@@ -1,0 +1,278 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// gate is a send function the test releases batch by batch; it records every batch.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	ctxs    []context.Context
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{arrived: make(chan struct{}, 1000), release: make(chan struct{}, 1000)}
+}
+
+func (g *gate) send(ctx context.Context, reqs []int) ([]Result[string], error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, append([]int(nil), reqs...))
+	g.ctxs = append(g.ctxs, ctx)
+	g.mu.Unlock()
+	g.arrived <- struct{}{}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make([]Result[string], len(reqs))
+	for i, r := range reqs {
+		if r < 0 {
+			out[i].Err = fmt.Errorf("negative %d", r)
+		} else {
+			out[i].Value = fmt.Sprint("v", r)
+		}
+	}
+	return out, nil
+}
+
+func (g *gate) snapshot() [][]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([][]int(nil), g.batches...)
+}
+
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// queued counts the calls waiting behind the batches in flight.
+func (c *Coalescer[Req, Res]) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+func eventually(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestAloneThenTogether: a call made while nothing is in flight leaves at once and alone;
+// calls made while it is in flight queue and leave together, each with its own result.
+func TestAloneThenTogether(t *testing.T) {
+	g := newGate()
+	c := New(g.send, Config{MaxInFlight: 1})
+	type answer struct {
+		v   string
+		err error
+	}
+	answers := make([]chan answer, 6)
+	call := func(i, req int) {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			v, err := c.Do(context.Background(), req)
+			answers[i] <- answer{v, err}
+		}()
+	}
+	call(0, 0)
+	waitFor(t, g.arrived, "the first batch")
+	for i := 1; i < 6; i++ {
+		req := i
+		if i == 3 {
+			req = -3 // fails alone
+		}
+		call(i, req)
+	}
+	eventually(t, func() bool { return c.queued() == 5 }, "5 queued calls")
+	g.release <- struct{}{}
+	waitFor(t, g.arrived, "the second batch")
+	g.release <- struct{}{}
+	for i, ch := range answers {
+		a := <-ch
+		switch {
+		case i == 3:
+			if a.err == nil || a.v != "" {
+				t.Errorf("call 3 = %q, %v; want its own error", a.v, a.err)
+			}
+		case a.err != nil || a.v != fmt.Sprint("v", i):
+			t.Errorf("call %d = %q, %v; want v%d", i, a.v, a.err, i)
+		}
+	}
+	batches := g.snapshot()
+	if len(batches) != 2 || len(batches[0]) != 1 || len(batches[1]) != 5 {
+		t.Fatalf("batches %v, want [0] then the 5 queued calls together", batches)
+	}
+}
+
+// TestMaxBatchAndInFlight: never more batches in flight than allowed, never more
+// operations in one than MaxBatch, every call answered once, under many goroutines.
+func TestMaxBatchAndInFlight(t *testing.T) {
+	const maxInFlight, maxBatch, calls = 3, 7, 2000
+	var inFlight, peak atomic.Int32
+	var sent atomic.Int64
+	send := func(ctx context.Context, reqs []int) ([]Result[int], error) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		if len(reqs) > maxBatch {
+			return nil, fmt.Errorf("batch of %d", len(reqs))
+		}
+		sent.Add(int64(len(reqs)))
+		time.Sleep(50 * time.Microsecond)
+		out := make([]Result[int], len(reqs))
+		for i, r := range reqs {
+			out[i].Value = r * 2
+		}
+		return out, nil
+	}
+	c := New(send, Config{MaxInFlight: maxInFlight, MaxBatch: maxBatch})
+	var wg sync.WaitGroup
+	errs := make(chan error, calls)
+	for i := range calls {
+		wg.Go(func() {
+			v, err := c.Do(context.Background(), i)
+			if err != nil || v != 2*i {
+				errs <- fmt.Errorf("call %d = %d, %v", i, v, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if p := peak.Load(); p > maxInFlight {
+		t.Errorf("%d batches in flight at once, limit %d", p, maxInFlight)
+	}
+	if n := sent.Load(); n != calls {
+		t.Errorf("%d operations sent for %d calls", n, calls)
+	}
+}
+
+// TestCanceledWhileQueuedIsNeverSent: a call whose context ends while it waits in the queue
+// returns at once and is never sent.
+func TestCanceledWhileQueuedIsNeverSent(t *testing.T) {
+	g := newGate()
+	c := New(g.send, Config{MaxInFlight: 1})
+	go c.Do(context.Background(), 1)
+	waitFor(t, g.arrived, "the first batch")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := c.Do(ctx, 2); done <- err }()
+	eventually(t, func() bool { return c.queued() == 1 }, "the queued call")
+	cause := errors.New("caller gave up")
+	cancel(cause)
+	select {
+	case err := <-done:
+		if !errors.Is(err, cause) {
+			t.Fatalf("queued call returned %v, want its context's cause", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a canceled queued call did not return")
+	}
+	g.release <- struct{}{}
+	eventually(t, func() bool { return c.queued() == 0 }, "an empty queue")
+	time.Sleep(20 * time.Millisecond)
+	if b := g.snapshot(); len(b) != 1 {
+		t.Fatalf("batches %v: the canceled call was sent", b)
+	}
+}
+
+// TestBatchContext: a batch carries the latest of its callers' deadlines (none when one
+// caller has none), and ends once every caller has given up.
+func TestBatchContext(t *testing.T) {
+	g := newGate()
+	c := New(g.send, Config{MaxInFlight: 1})
+	go c.Do(context.Background(), 0)
+	waitFor(t, g.arrived, "the first batch")
+
+	soon, cancelSoon := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelSoon()
+	later, cancelLater := context.WithTimeout(context.Background(), 2*time.Hour)
+	defer cancelLater()
+	errs := make(chan error, 2)
+	go func() { _, err := c.Do(soon, 1); errs <- err }()
+	go func() { _, err := c.Do(later, 2); errs <- err }()
+	eventually(t, func() bool { return c.queued() == 2 }, "two queued calls")
+	g.release <- struct{}{}
+	waitFor(t, g.arrived, "the second batch")
+	g.mu.Lock()
+	ctx := g.ctxs[1]
+	g.mu.Unlock()
+	dl, ok := ctx.Deadline()
+	want, _ := later.Deadline()
+	if !ok || !dl.Equal(want) {
+		t.Errorf("batch deadline %v (%v), want the latest caller's %v", dl, ok, want)
+	}
+	cancelSoon()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Errorf("first caller to give up got %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the batch ended while a caller still waited for it")
+	}
+	cancelLater()
+	<-errs
+	waitFor(t, ctx.Done(), "the batch's context to end once every caller gave up")
+}
+
+// TestWholeBatchFailure: an error of the batch as a whole, or an answer of the wrong length,
+// fails every call of the batch.
+func TestWholeBatchFailure(t *testing.T) {
+	boom := errors.New("connection reset")
+	for name, send := range map[string]SendFunc[int, int]{
+		"error": func(context.Context, []int) ([]Result[int], error) { return nil, boom },
+		"short": func(_ context.Context, reqs []int) ([]Result[int], error) {
+			return make([]Result[int], len(reqs)-1), nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := New(send, Config{})
+			var wg sync.WaitGroup
+			for i := range 20 {
+				wg.Go(func() {
+					if _, err := c.Do(context.Background(), i); err == nil {
+						t.Errorf("call %d succeeded", i)
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func BenchmarkDoAlone(b *testing.B) {
+	c := New(func(_ context.Context, reqs []int) ([]Result[int], error) {
+		return make([]Result[int], len(reqs)), nil
+	}, Config{})
+	ctx := context.Background()
+	for b.Loop() {
+		_, _ = c.Do(ctx, 1)
+	}
+}
