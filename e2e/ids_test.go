@@ -59,7 +59,7 @@ func runIDs(t *testing.T, leases string) {
 	ins := startCluster(t, 3, "--mysql-dsn", testenv.MySQLDSN(), "--redis-addr", testenv.RedisAddr(),
 		"--nats-url", testenv.NATSURL(), "--id-worker-leases", leases)
 	tag := testenv.Prefix(t)
-	admin := ins[0].Client().IDs()
+	admin := ins[0].Client().IDService()
 	if _, err := admin.CreateTag(context.Background(), &idgenv1.CreateTagRequest{Tag: tag, Step: 500}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func runIDs(t *testing.T, leases string) {
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	for i := range ins {
-		c := ins[i].Client().IDs()
+		c := ins[i].Client().IDService()
 		for _, mode := range idModes {
 			for range 2 {
 				d := &drawer{in: i, mode: mode, restartedAt: -1}
@@ -171,7 +171,7 @@ func (r *idRun) progress() {
 // one draws one ID of mode from instance i for the checks; it joins the uniqueness check.
 func (r *idRun) one(i int, mode idgenv1.Mode) int64 {
 	r.t.Helper()
-	ids, err := nextIDs(context.Background(), r.ins[i].Client().IDs(), mode, r.tag, 1)
+	ids, err := nextIDs(context.Background(), r.ins[i].Client().IDService(), mode, r.tag, 1)
 	if err != nil {
 		r.t.Fatalf("coord-%d: %v", i+1, err)
 	}
@@ -183,7 +183,7 @@ func (r *idRun) one(i int, mode idgenv1.Mode) int64 {
 func (r *idRun) worker(i int) uint32 {
 	r.t.Helper()
 	id := r.one(i, idgenv1.Mode_MODE_SNOWFLAKE)
-	res, err := r.ins[0].Client().IDs().Decode(context.Background(), &idgenv1.DecodeRequest{Id: strconv.FormatInt(id, 10)})
+	res, err := r.ins[0].Client().IDService().Decode(context.Background(), &idgenv1.DecodeRequest{Id: strconv.FormatInt(id, 10)})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func (r *idRun) restart(k int, how string, stop func()) {
 	old := r.worker(k)
 	stop()
 	stopped := time.Now()
-	tags, err := r.ins[0].Client().IDs().ListTags(context.Background(), &idgenv1.ListTagsRequest{})
+	tags, err := r.ins[0].Client().IDService().ListTags(context.Background(), &idgenv1.ListTagsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func idCall[Res proto.Message](cmd *cobra.Command, cf *clientFlags, call func(co
 	}
 	ctx, cancel := cf.callContext(cmd.Context(), 0)
 	defer cancel()
-	r, err := call(ctx, c.IDs())
+	r, err := call(ctx, c.IDService())
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ import (
 type Client struct {
 	locks   lockv1connect.LockServiceClient
 	tasks   taskpickv1connect.TaskPickServiceClient
-	ids     idgenv1connect.IdServiceClient
+	ids     *IDs
 	backend string
 }
 
@@ -39,6 +39,8 @@ type options struct {
 	token      string
 	backend    string
 	connect    []connect.ClientOption
+	idBlock    int // WithIDBlock
+	idMaxBlock int // WithIDMaxBlock
 }
 
 // Option configures a Client.
@@ -91,7 +93,7 @@ func New(baseURL string, opts ...Option) *Client {
 	return &Client{
 		locks:   locks,
 		tasks:   taskpickv1connect.NewTaskPickServiceClient(httpClient, baseURL, connectOpts...),
-		ids:     idgenv1connect.NewIdServiceClient(httpClient, baseURL, connectOpts...),
+		ids:     newIDs(idgenv1connect.NewIdServiceClient(httpClient, baseURL, connectOpts...), o.idBlock, o.idMaxBlock),
 		backend: o.backend,
 	}
 }
@@ -142,6 +144,3 @@ func DefaultHTTPClient() *http.Client {
 // Locks is the raw lock API, for callers that manage leases themselves (like the CLI). It
 // batches concurrent calls like the rest of the client (see WithBatching).
 func (c *Client) Locks() lockv1connect.LockServiceClient { return c.locks }
-
-// IDs is the ID service's API.
-func (c *Client) IDs() idgenv1connect.IdServiceClient { return c.ids }

@@ -1,19 +1,25 @@
 // Package idgen is coordkit's ID service: the Connect handler, the interfaces of the ID
 // engines and the wiring that opens them. The engines live in subpackages, one per mechanism:
-// snowflake (with worker-id leases from workerid), segment (Meituan Leaf on SQLite or MySQL)
-// and redisincr (Redis INCRBY blocks); block is the double buffer the last two share.
+// snowflake (with worker-id leases from workerid), segment (Meituan Leaf on SQLite or MySQL),
+// redisincr (Redis INCRBY blocks) and uuidgen (UUID v4 and v7); block is the double buffer
+// segment and redisincr share. The numeric engines hand out IDs as ranges of consecutive
+// numbers, which Next sends as they are (NextRequest.ranges, what the Go SDK asks for) or as
+// decimal strings.
 package idgen
 
 import (
 	"context"
 
+	"github.com/coordkit/coordkit/services/idgen/block"
 	"github.com/coordkit/coordkit/services/idgen/segment"
+	"github.com/coordkit/coordkit/services/idgen/snowflake"
 )
 
 // Sequence hands out numeric IDs of a tag: n of them, strictly increasing, from one
-// reservation where the engine holds enough. segment.Engine and redisincr.Engine implement it.
+// reservation where the engine holds enough, appended to dst as ranges of consecutive IDs.
+// segment.Engine and redisincr.Engine implement it.
 type Sequence interface {
-	Next(ctx context.Context, tag string, n int) ([]int64, error)
+	AppendRanges(ctx context.Context, dst []block.Range, tag string, n int) ([]block.Range, error)
 }
 
 // Segments is the segment engine: a Sequence whose tags are administered. segment.Engine
@@ -31,7 +37,8 @@ type Segments interface {
 	DeleteTag(ctx context.Context, tag string) (segment.TagState, error)
 }
 
-// Snowflake issues snowflake IDs; snowflake.Generator implements it.
+// Snowflake issues snowflake IDs, n of them in increasing order, appended to dst as runs of
+// consecutive IDs; snowflake.Generator implements it.
 type Snowflake interface {
-	Next(ctx context.Context, n int) ([]int64, error)
+	AppendRanges(ctx context.Context, dst []snowflake.Range, n int) ([]snowflake.Range, error)
 }

@@ -36,7 +36,7 @@ var stores = []storeCase{
 }
 
 // withRedis adds the test Redis, under a key prefix of this test, to cfg.
-func withRedis(t *testing.T, cfg idgen.StoreConfig) idgen.StoreConfig {
+func withRedis(t testing.TB, cfg idgen.StoreConfig) idgen.StoreConfig {
 	rdb := testenv.Redis(t, "")
 	prefix := testenv.Prefix(t) + ":"
 	testenv.CleanRedis(t, rdb, prefix)
@@ -55,7 +55,7 @@ type instance struct {
 
 // startInstance opens the ID service on cfg and serves it through the real server bootstrap
 // on a loopback port, as `coord serve` does, until stop or the end of the test.
-func startInstance(t *testing.T, cfg idgen.StoreConfig) *instance {
+func startInstance(t testing.TB, cfg idgen.StoreConfig) *instance {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := server.New(server.Config{Logger: logger})
@@ -93,7 +93,7 @@ func wantCode(t *testing.T, err error, want connect.Code, field string) {
 	}
 }
 
-func noErr(t *testing.T, err error) {
+func noErr(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -17,8 +16,10 @@ import (
 	"github.com/coordkit/coordkit/libs/service"
 	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
+	"github.com/coordkit/coordkit/services/idgen/block"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
+	"github.com/coordkit/coordkit/services/idgen/uuidgen"
 )
 
 // Config configures a Service. UUID modes need nothing; every other mode is enabled by its
@@ -50,17 +51,17 @@ type Service struct {
 
 var _ idgenv1connect.IdServiceHandler = (*Service)(nil)
 
-// source makes n IDs of one mode as strings: every mode goes through the same batch path.
-type source func(ctx context.Context, tag string, n int) ([]string, error)
+// source makes n IDs of one mode: the UUID modes as strings, the numeric modes as ranges of
+// consecutive IDs, which Next sends as they are or as one decimal string per ID.
+type source struct {
+	uuids  func(n int) []string
+	ranges func(ctx context.Context, dst []block.Range, tag string, n int) ([]block.Range, error)
+}
 
 // NewService returns the service over the configured engines. Close closes those engines
 // that have a Close method.
 func NewService(cfg Config) *Service {
 	s := &Service{
-		sources: map[idgenv1.Mode]source{
-			idgenv1.Mode_MODE_UUID_V4: uuids(uuid.NewRandom),
-			idgenv1.Mode_MODE_UUID_V7: uuids(uuid.NewV7),
-		},
 		segments: cfg.Segments,
 		clock:    cfg.Clock,
 		metrics:  newMetrics(cfg.Registerer),
@@ -72,17 +73,27 @@ func NewService(cfg Config) *Service {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	// UUID version 7 carries the real time, whatever the test clock of Decode.
+	u := uuidgen.New(nil)
+	s.sources = map[idgenv1.Mode]source{
+		idgenv1.Mode_MODE_UUID_V4: {uuids: func(n int) []string { return u.Append(make([]string, 0, n), n, false) }},
+		idgenv1.Mode_MODE_UUID_V7: {uuids: func(n int) []string { return u.Append(make([]string, 0, n), n, true) }},
+	}
 	if cfg.Snowflake != nil {
 		g := cfg.Snowflake
-		s.sources[idgenv1.Mode_MODE_SNOWFLAKE] = numeric(func(ctx context.Context, _ string, n int) ([]int64, error) {
-			return g.Next(ctx, n)
-		})
+		s.sources[idgenv1.Mode_MODE_SNOWFLAKE] = source{ranges: func(ctx context.Context, dst []block.Range, _ string, n int) ([]block.Range, error) {
+			runs, err := g.AppendRanges(ctx, make([]snowflake.Range, 0, n/(snowflake.MaxSequence+1)+2), n)
+			for _, r := range runs {
+				dst = append(dst, block.Range(r))
+			}
+			return dst, err
+		}}
 	}
 	if cfg.Segments != nil {
-		s.sources[idgenv1.Mode_MODE_SEGMENT] = numeric(cfg.Segments.Next)
+		s.sources[idgenv1.Mode_MODE_SEGMENT] = source{ranges: cfg.Segments.AppendRanges}
 	}
 	if cfg.RedisIncr != nil {
-		s.sources[idgenv1.Mode_MODE_REDIS_INCR] = numeric(cfg.RedisIncr.Next)
+		s.sources[idgenv1.Mode_MODE_REDIS_INCR] = source{ranges: cfg.RedisIncr.AppendRanges}
 	}
 	// Snowflake last: its Close releases the worker-id lease, which needs its store open.
 	for _, e := range []any{cfg.Snowflake, cfg.RedisIncr, cfg.Segments} {
@@ -97,34 +108,39 @@ func NewService(cfg Config) *Service {
 // and closes the stores OpenService opened. Later calls do nothing.
 func (s *Service) Close() error { return s.closers.Close() }
 
-func uuids(gen func() (uuid.UUID, error)) source {
-	return func(_ context.Context, _ string, n int) ([]string, error) {
-		out := make([]string, n)
-		for i := range out {
-			u, err := gen()
-			if err != nil {
-				return nil, fmt.Errorf("idgen: uuid: %w", err)
-			}
-			out[i] = u.String()
-		}
-		return out, nil
+// decimal formats the IDs of rs, n in all, as decimal strings, which JSON clients read
+// without losing precision. Their text is one allocation: the strings go out in one
+// response and are dropped together.
+func decimal(rs []block.Range, n int) []string {
+	out := make([]string, 0, n)
+	if n == 1 {
+		return append(out, strconv.FormatInt(rs[0].Start, 10))
 	}
+	text := make([]byte, 0, n*(maxDecimalDigits+1))
+	ends := make([]int32, 0, n)
+	for _, r := range rs {
+		for id := r.Start; id < r.End; id++ {
+			text = strconv.AppendInt(text, id, 10)
+			ends = append(ends, int32(len(text)))
+		}
+	}
+	all, start := string(text), int32(0)
+	for _, end := range ends {
+		out = append(out, all[start:end])
+		start = end
+	}
+	return out
 }
 
-// numeric formats a numeric engine's IDs as decimal strings, which JSON clients read without
-// losing precision.
-func numeric(next func(ctx context.Context, tag string, n int) ([]int64, error)) source {
-	return func(ctx context.Context, tag string, n int) ([]string, error) {
-		ids, err := next(ctx, tag, n)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]string, len(ids))
-		for i, id := range ids {
-			out[i] = strconv.FormatInt(id, 10)
-		}
-		return out, nil
+// rangesToProto converts rs for a response.
+func rangesToProto(rs []block.Range) []*idgenv1.IdRange {
+	out := make([]*idgenv1.IdRange, len(rs))
+	all := make([]idgenv1.IdRange, len(rs)) // one allocation for all of them
+	for i, r := range rs {
+		all[i].Start, all[i].End = r.Start, r.End
+		out[i] = &all[i]
 	}
+	return out
 }
 
 // Next implements IdServiceHandler.
@@ -137,14 +153,25 @@ func (s *Service) Next(ctx context.Context, req *idgenv1.NextRequest) (*idgenv1.
 	if !ok {
 		return nil, server.InvalidField("mode", "%s is not configured on this service", p.mode)
 	}
-	ids, err := src(ctx, p.tag, p.count)
 	mode := p.mode.String()
-	if err != nil {
-		s.metrics.errors.WithLabelValues(mode).Inc()
-		return nil, toConnect(ctx, err, p.tag)
+	res := &idgenv1.NextResponse{}
+	if src.uuids != nil {
+		res.Ids = src.uuids(p.count)
+	} else {
+		var small [4]block.Range // a batch of one millisecond run or segment, or a little more
+		rs, err := src.ranges(ctx, small[:0], p.tag, p.count)
+		if err != nil {
+			s.metrics.errors.WithLabelValues(mode).Inc()
+			return nil, toConnect(ctx, err, p.tag)
+		}
+		if req.GetRanges() {
+			res.Ranges = rangesToProto(rs)
+		} else {
+			res.Ids = decimal(rs, p.count)
+		}
 	}
-	s.metrics.issued.WithLabelValues(mode).Add(float64(len(ids)))
-	return &idgenv1.NextResponse{Ids: ids}, nil
+	s.metrics.issued.WithLabelValues(mode).Add(float64(p.count))
+	return res, nil
 }
 
 // Decode implements IdServiceHandler.

@@ -113,12 +113,13 @@ func TestModes(t *testing.T) {
 		mode  idgenv1.Mode
 		tag   string
 		check func(t *testing.T, ids []string, call window)
+		again func(t *testing.T, ids []string, call window) // the second batch, as ranges
 	}{
-		{idgenv1.Mode_MODE_UUID_V4, "", checkUUIDs(4)},
-		{idgenv1.Mode_MODE_UUID_V7, "", checkUUIDs(7)},
-		{idgenv1.Mode_MODE_SNOWFLAKE, "", checkSnowflakes(c, worker)},
-		{idgenv1.Mode_MODE_SEGMENT, tag, checkRun(1000)}, // the tag's start
-		{idgenv1.Mode_MODE_REDIS_INCR, tag, checkRun(1)}, // a tag's first use
+		{idgenv1.Mode_MODE_UUID_V4, "", checkUUIDs(4), checkUUIDs(4)},
+		{idgenv1.Mode_MODE_UUID_V7, "", checkUUIDs(7), checkUUIDs(7)},
+		{idgenv1.Mode_MODE_SNOWFLAKE, "", checkSnowflakes(c, worker), checkSnowflakes(c, worker)},
+		{idgenv1.Mode_MODE_SEGMENT, tag, checkRun(1000), checkRun(1250)}, // the tag's start
+		{idgenv1.Mode_MODE_REDIS_INCR, tag, checkRun(1), checkRun(251)},  // a tag's first use
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
@@ -127,10 +128,37 @@ func TestModes(t *testing.T) {
 			res, err := c.Next(ctx, &idgenv1.NextRequest{Mode: tt.mode, Tag: tt.tag, Count: 250})
 			call.to = time.Now()
 			noErr(t, err)
-			if len(res.GetIds()) != 250 {
-				t.Fatalf("got %d IDs, want 250", len(res.GetIds()))
+			if len(res.GetIds()) != 250 || len(res.GetRanges()) != 0 {
+				t.Fatalf("got %d IDs and %d ranges, want 250 IDs", len(res.GetIds()), len(res.GetRanges()))
 			}
 			tt.check(t, res.GetIds(), call)
+
+			// The same as ranges: numeric modes answer with runs of consecutive IDs, which
+			// pass the same checks once written out; the UUID modes ignore the request. A
+			// new millisecond first: the snowflake check wants its first ID at sequence 0.
+			time.Sleep(2 * time.Millisecond)
+			call = window{from: time.Now()}
+			res, err = c.Next(ctx, &idgenv1.NextRequest{Mode: tt.mode, Tag: tt.tag, Count: 250, Ranges: true})
+			call.to = time.Now()
+			noErr(t, err)
+			ids := res.GetIds()
+			if tt.mode != idgenv1.Mode_MODE_UUID_V4 && tt.mode != idgenv1.Mode_MODE_UUID_V7 {
+				if len(ids) != 0 || len(res.GetRanges()) == 0 {
+					t.Fatalf("asked for ranges, got %d IDs and %d ranges", len(ids), len(res.GetRanges()))
+				}
+				for _, r := range res.GetRanges() {
+					if r.GetEnd() <= r.GetStart() {
+						t.Fatalf("empty range %v in %v", r, res.GetRanges())
+					}
+					for id := r.GetStart(); id < r.GetEnd(); id++ {
+						ids = append(ids, strconv.FormatInt(id, 10))
+					}
+				}
+			}
+			if len(ids) != 250 {
+				t.Fatalf("got %d IDs (%d ranges) asking for ranges, want 250", len(ids), len(res.GetRanges()))
+			}
+			tt.again(t, ids, call)
 		})
 	}
 }
@@ -160,9 +188,9 @@ func checkUUIDs(v uuid.Version) func(t *testing.T, ids []string, call window) {
 			if v != 7 {
 				continue
 			}
-			// google/uuid keeps v7s of one process increasing with a sub-millisecond counter
-			// (RFC 9562 6.2, method 3) that runs ahead of the clock only past 4096 UUIDs per
-			// millisecond, hence a little slack after the call.
+			// The service keeps v7s of one process increasing with a sub-millisecond counter
+			// (RFC 9562 6.2, method 3, as google/uuid does) that runs ahead of the clock only
+			// past 4096 UUIDs per millisecond, hence a little slack after the call.
 			at := time.UnixMilli(int64(binary.BigEndian.Uint64(u[:8]) >> 16))
 			if !(window{call.from, call.to.Add(10 * time.Millisecond)}).holds(at) || at.Before(prev) {
 				t.Fatalf("UUID v7 %s carries %v (after %v); want a time during the call, %v to %v, never decreasing",

@@ -5,12 +5,18 @@
 // SegmentBuffer). IDs of one tag strictly increase within a Pool: ranges are reserved one at
 // a time and used in the order they were reserved, and a store only ever hands out higher
 // ranges.
+//
+// A request that the current range can serve takes its IDs with one atomic add on the range,
+// without a lock; only moving to the next range, reserving, and starting the background
+// reservation take the tag's mutex.
 package block
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -91,8 +97,10 @@ type Pool struct {
 	closeMu sync.Mutex // orders wg.Add in prefetch before Close's wg.Wait
 	closed  bool
 
-	mu      sync.Mutex
-	buffers map[string]*buffer
+	buffers sync.Map // tag → *buffer, read without a lock by every request
+	// last is the buffer of the tag asked for last: most requests ask for the same tag as
+	// the one before, and a string compare is cheaper than the map's hash.
+	last atomic.Pointer[buffer]
 }
 
 // NewPool returns an empty pool.
@@ -107,52 +115,79 @@ func NewPool(cfg Config) *Pool {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Pool{cfg: cfg, ctx: ctx, cancel: cancel, buffers: map[string]*buffer{}}
+	return &Pool{cfg: cfg, ctx: ctx, cancel: cancel}
 }
+
+// errRetired is what a request gets from a buffer that left the pool while it waited: it
+// goes on with the tag's current buffer.
+var errRetired = errors.New("block: buffer retired")
 
 // Next returns n strictly increasing IDs of tag. They come from the current range, then the
 // next; a batch larger than both is served by one reservation of the whole remainder.
 func (p *Pool) Next(ctx context.Context, tag string, n int) ([]int64, error) {
-	p.mu.Lock()
-	b := p.buffers[tag]
-	if b == nil {
-		b = &buffer{pool: p, tag: tag}
-		p.buffers[tag] = b
+	rs, err := p.AppendRanges(ctx, nil, tag, n)
+	if err != nil {
+		return nil, err
 	}
-	b.users++
-	p.mu.Unlock()
-	ids, err := b.take(ctx, n)
-	p.mu.Lock()
-	b.users--
-	// A tag that never got a range (it does not exist, or the store is down) keeps no
-	// buffer, so requests for made-up tags cannot grow the map. Not while another request
-	// holds the buffer: it could still reserve a range there, and a second buffer of the tag
-	// would hand out IDs out of order.
-	if err != nil && b.users == 0 && p.buffers[tag] == b && b.empty() {
-		delete(p.buffers, tag)
+	out := make([]int64, 0, n)
+	for _, r := range rs {
+		for id := r.Start; id < r.End; id++ {
+			out = append(out, id)
+		}
 	}
-	p.mu.Unlock()
-	return ids, err
+	return out, nil
+}
+
+// AppendRanges is Next appending the n IDs to dst as ranges of consecutive IDs, in order:
+// a single ID from the current range costs no allocation when dst has room. On error dst is
+// returned as it was passed.
+func (p *Pool) AppendRanges(ctx context.Context, dst []Range, tag string, n int) ([]Range, error) {
+	out, left := dst, int64(n)
+	for {
+		b := p.buffer(tag)
+		var err error
+		out, left, err = b.take(ctx, out, left)
+		if !errors.Is(err, errRetired) {
+			if err != nil {
+				return dst, err
+			}
+			return out, nil
+		}
+		p.last.CompareAndSwap(b, nil) // a lookup may have cached it after it was retired
+	}
+}
+
+// buffer returns tag's buffer, creating it on first use.
+func (p *Pool) buffer(tag string) *buffer {
+	if b := p.last.Load(); b != nil && b.tag == tag {
+		return b
+	}
+	v, ok := p.buffers.Load(tag)
+	if !ok {
+		v, _ = p.buffers.LoadOrStore(tag, &buffer{pool: p, tag: tag})
+	}
+	b := v.(*buffer)
+	p.last.Store(b)
+	return b
 }
 
 // Drop discards tag's buffered ranges, for a tag deleted from the store: the next request
 // reserves afresh, and gets the store's answer (not found, or a range of a tag created again,
-// which the store puts above every earlier range). A background reservation already running
-// may still install its range, which the store reserved before the deletion, so it is as
-// unique as any other.
+// which the store puts above every earlier range). A request running concurrently may still
+// take an ID reserved before the deletion, which is as unique as any other.
 func (p *Pool) Drop(tag string) {
-	p.mu.Lock()
-	b := p.buffers[tag]
-	if b != nil && b.users == 0 {
-		delete(p.buffers, tag)
-	}
-	p.mu.Unlock()
-	if b == nil {
+	v, ok := p.buffers.LoadAndDelete(tag)
+	if !ok {
 		return
 	}
+	b := v.(*buffer)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.cur, b.pos, b.next, b.hasNext = Range{}, 0, Range{}, false
+	b.retire()
+	if s := b.cur.Load(); s != nil {
+		s.exhaust()
+	}
+	b.next, b.nextSpan, b.hasNext = Range{}, nil, false
 }
 
 // State is a tag's buffer as one instance holds it.
@@ -173,19 +208,19 @@ type State struct {
 
 // State returns tag's buffer state, and false when this pool has not used the tag.
 func (p *Pool) State(tag string) (State, bool) {
-	p.mu.Lock()
-	b := p.buffers[tag]
-	p.mu.Unlock()
-	if b == nil {
+	v, ok := p.buffers.Load(tag)
+	if !ok {
 		return State{}, false
 	}
+	b := v.(*buffer)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.lastRefill.IsZero() {
+	s := b.cur.Load()
+	if s == nil || b.lastRefill.IsZero() {
 		return State{}, false
 	}
 	return State{
-		Current: b.cur, Position: b.pos, Next: b.next, NextLoaded: b.hasNext,
+		Current: s.Range, Position: min(s.pos.Load(), s.End), Next: b.next, NextLoaded: b.hasNext,
 		Step: b.nextStep(), LastRefill: b.lastRefill,
 	}, true
 }
@@ -200,16 +235,55 @@ func (p *Pool) Close() {
 	p.wg.Wait()
 }
 
+// span is a range being handed out: requests claim IDs from it with one atomic add.
+type span struct {
+	Range
+	// pos is the next unclaimed ID. A claim adds its count whether or not the range holds
+	// it, so pos runs past End once the range is used up and stays there.
+	pos atomic.Int64
+	// mark is where 10% of the range is used: a claim reaching it starts the background
+	// reservation of the next range.
+	mark int64
+	// prefetched says that the range after this one is reserved or being reserved; a failed
+	// background reservation clears it, so the next claim tries again.
+	prefetched atomic.Bool
+}
+
+func newSpan(r Range) *span {
+	s := &span{Range: r, mark: r.Start + (r.End-r.Start+9)/10}
+	s.pos.Store(r.Start)
+	return s
+}
+
+// claim takes up to n IDs from the front of s: [first, first+k), k == 0 when s is used up.
+func (s *span) claim(n int64) (first, k int64) {
+	p := s.pos.Add(n) - n
+	if p >= s.End {
+		return p, 0
+	}
+	return p, min(n, s.End-p)
+}
+
+// exhaust makes every later claim find s used up.
+func (s *span) exhaust() {
+	for {
+		p := s.pos.Load()
+		if p >= s.End || s.pos.CompareAndSwap(p, s.End) {
+			return
+		}
+	}
+}
+
 // buffer is one tag's double buffer.
 type buffer struct {
-	pool  *Pool
-	tag   string
-	users int // Next calls holding the buffer; guarded by pool.mu
+	pool *Pool
+	tag  string
+	cur  atomic.Pointer[span] // the range handed out now; nil before the first reservation
 
 	mu         sync.Mutex
-	cur        Range
-	pos        int64 // next ID of cur
+	retired    bool // left the pool: requests that waited for mu go on with a new buffer
 	next       Range
+	nextSpan   *span // next, ready to be handed out: the switch allocates nothing
 	hasNext    bool
 	loading    chan struct{} // non-nil while a background reservation runs; closed when it ends
 	step       int64         // the policy's current step; 0 before the first reservation
@@ -217,30 +291,48 @@ type buffer struct {
 	lastRefill time.Time
 }
 
-func (b *buffer) empty() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.lastRefill.IsZero()
+// take appends up to n IDs to dst and returns how many it could not hand out: 0, or the
+// rest with an error. The common case, n IDs left in the current range, takes no lock.
+func (b *buffer) take(ctx context.Context, dst []Range, n int64) ([]Range, int64, error) {
+	if s := b.cur.Load(); s != nil {
+		first, k := s.claim(n)
+		if k == n {
+			if first+k >= s.mark && !s.prefetched.Load() {
+				b.mu.Lock()
+				b.prefetch(s)
+				b.mu.Unlock()
+			}
+			return append(dst, Range{Start: first, End: first + k}), 0, nil
+		}
+		if k > 0 { // the tail of the range: this request alone got it
+			dst, n = append(dst, Range{Start: first, End: first + k}), n-k
+		}
+	}
+	return b.takeSlow(ctx, dst, n)
 }
 
-// take hands out n IDs.
-func (b *buffer) take(ctx context.Context, n int) ([]int64, error) {
-	out := make([]int64, 0, n)
+// takeSlow hands out what the current range could not, under mu: it moves to the next range,
+// waits for the background reservation, or reserves in the foreground.
+func (b *buffer) takeSlow(ctx context.Context, dst []Range, n int64) ([]Range, int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for len(out) < n {
-		if b.pos < b.cur.End {
-			k := min(int64(n-len(out)), b.cur.End-b.pos)
-			for i := range k {
-				out = append(out, b.pos+i)
+	for n > 0 {
+		if b.retired {
+			return dst, n, errRetired
+		}
+		// Another request may have moved to a new range while this one waited for mu.
+		if s := b.cur.Load(); s != nil {
+			if first, k := s.claim(n); k > 0 {
+				dst, n = append(dst, Range{Start: first, End: first + k}), n-k
+				if first+k >= s.mark {
+					b.prefetch(s)
+				}
+				continue
 			}
-			b.pos += k
-			b.prefetch()
-			continue
 		}
 		if b.hasNext {
-			b.cur, b.pos, b.hasNext = b.next, b.next.Start, false
-			b.prefetch()
+			b.cur.Store(b.nextSpan)
+			b.next, b.nextSpan, b.hasNext = Range{}, nil, false
 			continue
 		}
 		if ch := b.loading; ch != nil {
@@ -251,20 +343,33 @@ func (b *buffer) take(ctx context.Context, n int) ([]int64, error) {
 			}
 			b.mu.Lock()
 			if err := ctx.Err(); err != nil {
-				return nil, context.Cause(ctx)
+				return dst, n, context.Cause(ctx)
 			}
 			continue // installed, or failed: then the next round reserves in the foreground
 		}
 		// Nothing buffered: reserve in the foreground, enough for the rest of the batch.
 		want := b.nextStep()
-		r, err := b.pool.cfg.Reserver.Reserve(ctx, b.tag, max(want, int64(n-len(out))))
+		r, err := b.pool.cfg.Reserver.Reserve(ctx, b.tag, max(want, n))
 		if err != nil {
-			return nil, err
+			// A tag that never got a range (it does not exist, or the store is down) keeps
+			// no buffer, so requests for made-up tags cannot grow the map. Requests waiting
+			// for mu see it retired and go on with a new buffer, never fill this one.
+			if b.lastRefill.IsZero() {
+				b.retire()
+			}
+			return dst, n, err
 		}
 		b.install(r, want)
-		b.cur, b.pos, b.hasNext = r.Range, r.Range.Start, false
+		b.cur.Store(newSpan(r.Range))
 	}
-	return out, nil
+	return dst, 0, nil
+}
+
+// retire takes b out of the pool. It must be called with mu held.
+func (b *buffer) retire() {
+	b.retired = true
+	b.pool.buffers.CompareAndDelete(b.tag, b)
+	b.pool.last.CompareAndSwap(b, nil)
 }
 
 // nextStep is the size of the next reservation; 0 before the first, so the store's
@@ -284,15 +389,16 @@ func (b *buffer) install(r Reservation, want int64) {
 	b.lastRefill = b.pool.cfg.Clock()
 }
 
-// prefetch starts the background reservation of the next range once 10% of the current one
-// is used. It must be called with mu held.
-func (b *buffer) prefetch() {
-	if b.hasNext || b.loading != nil || (b.pos-b.cur.Start)*10 < b.cur.End-b.cur.Start {
+// prefetch starts the background reservation of the range after s, once 10% of s is used,
+// unless it is reserved or being reserved. It must be called with mu held.
+func (b *buffer) prefetch(s *span) {
+	if b.retired || b.cur.Load() != s || s.prefetched.Load() || b.hasNext || b.loading != nil {
 		return
 	}
 	p := b.pool
 	p.closeMu.Lock()
 	defer p.closeMu.Unlock()
+	s.prefetched.Store(true) // also after Close: the pool reserves only in the foreground then
 	if p.closed {
 		return
 	}
@@ -311,12 +417,13 @@ func (b *buffer) prefetch() {
 		b.loading = nil
 		if err != nil {
 			if p.ctx.Err() == nil {
-				p.cfg.Logger.Warn(p.cfg.Name+": background reservation failed; the next request reserves in the foreground",
+				p.cfg.Logger.Warn(p.cfg.Name+": background reservation failed; the next request tries again",
 					"tag", b.tag, "error", err)
+				s.prefetched.Store(false)
 			}
 			return
 		}
 		b.install(r, want)
-		b.next, b.hasNext = r.Range, true
+		b.next, b.nextSpan, b.hasNext = r.Range, newSpan(r.Range), true
 	}()
 }

@@ -220,3 +220,106 @@ func TestCloseDuringPrefetch(t *testing.T) {
 		p.Close() // twice is fine
 	}
 }
+
+// countingStore reserves ranges of at least 10 from one counter per tag, at once.
+type countingStore struct {
+	mu  sync.Mutex
+	top map[string]int64
+}
+
+func (s *countingStore) Reserve(_ context.Context, tag string, want int64) (block.Reservation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	size := max(want, 10)
+	start := s.top[tag] + 1
+	s.top[tag] += size
+	return block.Reservation{Range: block.Range{Start: start, End: start + size}, MinStep: 10}, nil
+}
+
+// Requests claim IDs from the current range without a lock, so batches that straddle the end
+// of a range race the requests that find it used up. Whatever the interleaving, and with the
+// tag dropped now and then: no ID comes twice, every request's IDs strictly increase and lie
+// above those of every request that returned before it started, and without drops nothing
+// is skipped: the IDs handed out are exactly 1 to their count.
+func TestConcurrentClaims(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		drop bool
+	}{{"no drops", false}, {"drops", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store := &countingStore{top: map[string]int64{}}
+			p := block.NewPool(block.Config{Reserver: store, Policy: block.Fixed, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			defer p.Close()
+			const workers, calls = 8, 3000
+			var (
+				mu       sync.Mutex
+				highest  int64 // the highest ID of every call that has returned
+				seen     = map[int64]bool{}
+				problems []string
+				wg       sync.WaitGroup
+				done     = make(chan struct{})
+			)
+			if tt.drop {
+				go func() {
+					for {
+						select {
+						case <-done:
+							return
+						case <-time.After(200 * time.Microsecond):
+							p.Drop("t")
+						}
+					}
+				}()
+			}
+			for w := range workers {
+				wg.Go(func() {
+					rs := make([]block.Range, 0, 4)
+					for c := range calls {
+						n := 1 + (w*calls+c)%23 // batches up to twice a range
+						mu.Lock()
+						floor := highest
+						mu.Unlock()
+						var err error
+						rs, err = p.AppendRanges(context.Background(), rs[:0], "t", n)
+						mu.Lock()
+						if err != nil {
+							problems = append(problems, fmt.Sprintf("AppendRanges: %v", err))
+						}
+						got, last := 0, floor
+						for _, r := range rs {
+							for id := r.Start; id < r.End; id++ {
+								if id <= last {
+									problems = append(problems, fmt.Sprintf("got %d after %d (the floor was %d)", id, last, floor))
+								}
+								if seen[id] {
+									problems = append(problems, fmt.Sprintf("got %d twice", id))
+								}
+								seen[id], last = true, id
+								got++
+							}
+						}
+						if got != n {
+							problems = append(problems, fmt.Sprintf("asked for %d IDs, got %d in %v", n, got, rs))
+						}
+						highest = max(highest, last)
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			close(done)
+			if len(problems) > 0 {
+				t.Fatalf("%d problems, first: %v", len(problems), problems[:min(len(problems), 5)])
+			}
+			if !tt.drop {
+				for id := int64(1); id <= int64(len(seen)); id++ {
+					if !seen[id] {
+						t.Fatalf("%d IDs handed out, but not %d: a claim skipped IDs", len(seen), id)
+					}
+				}
+			}
+		})
+	}
+}

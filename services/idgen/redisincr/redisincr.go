@@ -58,6 +58,11 @@ func (e *Engine) Next(ctx context.Context, tag string, n int) ([]int64, error) {
 	return e.pool.Next(ctx, tag, n)
 }
 
+// AppendRanges is Next appending the IDs to dst as ranges of consecutive IDs.
+func (e *Engine) AppendRanges(ctx context.Context, dst []block.Range, tag string, n int) ([]block.Range, error) {
+	return e.pool.AppendRanges(ctx, dst, tag, n)
+}
+
 // Close stops background reservations; the client belongs to the caller.
 func (e *Engine) Close() error {
 	e.pool.Close()

@@ -43,6 +43,12 @@ func (e *Engine) Next(ctx context.Context, tag string, n int) ([]int64, error) {
 	return e.pool.Next(ctx, tag, n)
 }
 
+// AppendRanges is Next appending the IDs to dst as ranges of consecutive IDs: the service's
+// path, which allocates nothing for a single ID when dst has room.
+func (e *Engine) AppendRanges(ctx context.Context, dst []block.Range, tag string, n int) ([]block.Range, error) {
+	return e.pool.AppendRanges(ctx, dst, tag, n)
+}
+
 // TagState is a tag's row and this instance's buffer for it.
 type TagState struct {
 	Tag

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -57,6 +58,7 @@ type Generator struct {
 	ttl         time.Duration
 	maxRollback time.Duration
 	clock       func() time.Time
+	realClock   bool // clock is time.Now, whose readings also time the lease
 	log         *slog.Logger
 
 	renewMu sync.Mutex // one renewal or re-lease at a time
@@ -84,7 +86,7 @@ func Start(ctx context.Context, cfg Config) (*Generator, error) {
 		g.maxRollback = DefaultMaxRollback
 	}
 	if g.clock == nil {
-		g.clock = time.Now
+		g.clock, g.realClock = time.Now, true
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -112,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Generator, error) {
 func (g *Generator) Worker() (id int, held bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.worker, g.usable() == nil
+	return g.worker, g.usable(time.Now()) == nil
 }
 
 // lease takes a free worker id and waits until the clock has passed the id's recorded last
@@ -158,15 +160,19 @@ func (g *Generator) lease(ctx context.Context) error {
 	return nil
 }
 
-// usable reports whether IDs may be issued now. It must be called with mu held.
-func (g *Generator) usable() error {
+// usable reports whether IDs may be issued now; t is the caller's reading of the clock,
+// which times the lease too when the clock is the real one. It must be called with mu held.
+func (g *Generator) usable(t time.Time) error {
 	if g.owner == "" {
 		if g.held {
 			return nil // fixed worker id
 		}
 		return ErrLeaseLost
 	}
-	if !g.held || !time.Now().Before(g.validUntil) {
+	if !g.realClock {
+		t = time.Now() // the lease runs on the real clock, whatever a test does to g.clock
+	}
+	if !g.held || !t.Before(g.validUntil) {
 		g.held = false
 		return fmt.Errorf("%w (worker id %d)", ErrLeaseLost, g.worker)
 	}
@@ -176,44 +182,94 @@ func (g *Generator) usable() error {
 // Next returns n IDs in increasing order, taking whole runs of one millisecond's sequence at
 // a time; 4096 IDs per millisecond at most, so a large batch spans a few milliseconds.
 func (g *Generator) Next(ctx context.Context, n int) ([]int64, error) {
+	rs, err := g.AppendRanges(ctx, nil, n)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]int64, 0, n)
+	for _, r := range rs {
+		for id := r.Start; id < r.End; id++ {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// Range is a run of consecutive IDs [Start, End): IDs of one worker's millisecond with
+// consecutive sequence numbers are consecutive numbers.
+type Range struct {
+	// Start is the first ID.
+	Start int64
+	// End is one past the last ID.
+	End int64
+}
+
+// AppendRanges is Next appending the n IDs to dst as ranges of consecutive IDs, one per
+// millisecond run: the service's path, which allocates nothing for a single ID when dst has
+// room. On error dst is returned as it was passed.
+func (g *Generator) AppendRanges(ctx context.Context, dst []Range, n int) ([]Range, error) {
+	out := dst
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for len(out) < n {
-		if err := g.usable(); err != nil {
-			return nil, err
+	for left := n; left > 0; {
+		// One clock reading serves the lease check and the ID's time when they are the same
+		// clock: time.Now is the bulk of an ID's cost.
+		t := g.clock()
+		if err := g.usable(t); err != nil {
+			return dst, err
 		}
-		now := g.clock().UnixMilli()
+		now := t.UnixMilli()
 		switch {
 		case now > g.lastMs:
 			g.lastMs, g.seq = now, -1
 		case now < g.lastMs:
 			back := time.Duration(g.lastMs-now) * time.Millisecond
 			if back > g.maxRollback {
-				return nil, fmt.Errorf("%w: %v behind the last issued ID (the limit is %v)", ErrClockBackwards, back, g.maxRollback)
+				return dst, fmt.Errorf("%w: %v behind the last issued ID (the limit is %v)", ErrClockBackwards, back, g.maxRollback)
 			}
 			if err := g.unlocked(func() error { return sleep(ctx, back) }); err != nil {
-				return nil, err
+				return dst, err
 			}
 			continue
 		case g.seq >= MaxSequence:
-			// This millisecond's sequence is used up: wait for the next one.
-			if err := g.unlocked(func() error { return sleep(ctx, 100*time.Microsecond) }); err != nil {
-				return nil, err
+			// This millisecond's sequence is used up: wait for the next one. A timer would
+			// wake up to a millisecond late (the runtime's poller sleeps in whole
+			// milliseconds) and cost a good part of the next millisecond's IDs, so the wait,
+			// under a millisecond, yields the processor in a loop instead, as bwmarrin's
+			// does. It keeps mu: other callers park on it rather than spin too, and get
+			// it the moment the new millisecond starts.
+			if err := g.awaitAfter(ctx, g.lastMs); err != nil {
+				return dst, err
 			}
 			continue
 		}
 		ms := g.lastMs - Epoch
 		if ms <= 0 || ms > maxMillis {
-			return nil, fmt.Errorf("%w: %s", ErrOutOfRange, time.UnixMilli(g.lastMs).UTC().Format(time.RFC3339))
+			return dst, fmt.Errorf("%w: %s", ErrOutOfRange, time.UnixMilli(g.lastMs).UTC().Format(time.RFC3339))
 		}
-		k := min(n-len(out), MaxSequence-g.seq)
-		for i := 1; i <= k; i++ {
-			out = append(out, Compose(ms, g.worker, g.seq+i))
-		}
+		k := min(left, MaxSequence-g.seq)
+		first := Compose(ms, g.worker, g.seq+1)
+		out = append(out, Range{Start: first, End: first + int64(k)})
 		g.seq += k
+		left -= k
 	}
 	return out, nil
+}
+
+// awaitAfter returns once the clock has left the millisecond ms, or with ctx's cause. A
+// clock that stepped back leaves it too: the caller handles the rollback as it always does.
+func (g *Generator) awaitAfter(ctx context.Context, ms int64) error {
+	for i := 0; ; i++ {
+		if g.clock().UnixMilli() != ms {
+			return nil
+		}
+		if i%64 == 63 {
+			if err := ctx.Err(); err != nil {
+				return context.Cause(ctx)
+			}
+		}
+		runtime.Gosched()
+	}
 }
 
 // unlocked runs fn with mu released.
@@ -235,7 +291,7 @@ func (g *Generator) Renew(ctx context.Context) error {
 	// Taken before the clock is read, so the lease never outlasts the recorded bound.
 	start := time.Now()
 	g.mu.Lock()
-	id, owner, last, ok := g.worker, g.owner, g.lastMs, g.usable() == nil
+	id, owner, last, ok := g.worker, g.owner, g.lastMs, g.usable(time.Now()) == nil
 	// Record the latest millisecond this holder may reach before the lease ends: if it dies
 	// now, the next holder of the id must start after that, even with a clock behind ours.
 	bound := max(g.lastMs, g.clock().Add(g.ttl).UnixMilli())
@@ -294,7 +350,7 @@ func (g *Generator) Close() error {
 	g.renewMu.Lock()
 	defer g.renewMu.Unlock()
 	g.mu.Lock()
-	id, owner, last, held := g.worker, g.owner, g.lastMs, g.usable() == nil
+	id, owner, last, held := g.worker, g.owner, g.lastMs, g.usable(time.Now()) == nil
 	g.held = false
 	g.mu.Unlock()
 	if !held {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,3 +268,118 @@ func noErr(t *testing.T, err error) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// AppendRanges hands out a batch as runs of consecutive IDs, one per millisecond it spans:
+// each run within one millisecond of the worker, each above the one before.
+func TestAppendRangesAreMillisecondRuns(t *testing.T) {
+	t.Parallel()
+	worker := 3
+	g := start(t, snowflake.Config{WorkerID: &worker})
+	for _, n := range []int{1, 4096, 10000} {
+		rs, err := g.AppendRanges(context.Background(), nil, n)
+		noErr(t, err)
+		total, prevEnd := 0, int64(0)
+		for _, r := range rs {
+			first, err := snowflake.Decode(r.Start, time.Now())
+			noErr(t, err)
+			last, err := snowflake.Decode(r.End-1, time.Now())
+			noErr(t, err)
+			if r.End <= r.Start || r.Start < prevEnd || !first.Time.Equal(last.Time) || first.Worker != worker || last.Worker != worker {
+				t.Fatalf("n %d: run [%d, %d) after %d: from %+v to %+v; want a non-empty run of one millisecond of worker %d, above the last",
+					n, r.Start, r.End, prevEnd, first, last, worker)
+			}
+			total += int(r.End - r.Start)
+			prevEnd = r.End
+		}
+		if total != n {
+			t.Fatalf("AppendRanges(%d) handed out %d IDs in %v", n, total, rs)
+		}
+	}
+}
+
+// Single IDs and batches as fast as several goroutines can ask: they use up millisecond
+// after millisecond, wait for the next each time, and still never repeat or go back.
+func TestSequenceOverflowAtFullSpeed(t *testing.T) {
+	t.Parallel()
+	worker := 9
+	g := start(t, snowflake.Config{WorkerID: &worker})
+	const workers, calls = 4, 400
+	got := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			var rs []snowflake.Range
+			for c := range calls {
+				n := 1
+				if c%2 == 1 {
+					n = 700 // with the others', enough to use up every millisecond
+				}
+				var err error
+				if rs, err = g.AppendRanges(context.Background(), rs[:0], n); err != nil {
+					t.Error(err)
+					return
+				}
+				for _, r := range rs {
+					for id := r.Start; id < r.End; id++ {
+						got[w] = append(got[w], id)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[int64]bool{}
+	perMs := map[int64]int{}
+	full := 0
+	for w, ids := range got {
+		for i, id := range ids {
+			if i > 0 && id <= ids[i-1] {
+				t.Fatalf("goroutine %d got %d after %d", w, id, ids[i-1])
+			}
+			if seen[id] {
+				t.Fatalf("%d issued twice", id)
+			}
+			seen[id] = true
+			ms := id >> (snowflake.WorkerBits + snowflake.SequenceBits)
+			if perMs[ms]++; perMs[ms] == snowflake.MaxSequence+1 {
+				full++
+			}
+		}
+	}
+	if full == 0 {
+		t.Fatalf("%d IDs over %d milliseconds, none used up: the wait for the next millisecond went untested", len(seen), len(perMs))
+	}
+}
+
+// A clock that steps back while a caller waits for the next millisecond (its sequence used
+// up) is a rollback like any other: waited out, never an ID lower than one before it.
+func TestClockRollbackDuringOverflowWait(t *testing.T) {
+	t.Parallel()
+	var (
+		mu     sync.Mutex
+		offset time.Duration
+	)
+	worker := 11
+	g := start(t, snowflake.Config{WorkerID: &worker, Clock: func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Now().Add(offset)
+	}})
+	time.AfterFunc(20*time.Millisecond, func() {
+		mu.Lock()
+		offset = -200 * time.Millisecond
+		mu.Unlock()
+	})
+	var last int64
+	begin := time.Now()
+	for time.Since(begin) < 400*time.Millisecond {
+		rs, err := g.AppendRanges(context.Background(), nil, 3000) // uses up milliseconds
+		noErr(t, err)
+		for _, r := range rs {
+			if r.Start <= last {
+				t.Fatalf("run from %d after %d", r.Start, last)
+			}
+			last = r.End - 1
+		}
+	}
+}

@@ -102,7 +102,13 @@ type NextRequest struct {
 	// for the other modes. 1 to 128 bytes of valid UTF-8 without control characters.
 	Tag string `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
 	// How many IDs, 1 to 10000.
-	Count         uint32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Count uint32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// Return the IDs of MODE_SNOWFLAKE, MODE_SEGMENT and MODE_REDIS_INCR in
+	// NextResponse.ranges, as runs of consecutive numbers, instead of one decimal string each
+	// in NextResponse.ids: a few bytes for a whole segment. UUID modes ignore it and answer in
+	// ids. A service older than this field ignores it too, so a client that sets it reads ids
+	// when ranges is empty.
+	Ranges        bool `protobuf:"varint,4,opt,name=ranges,proto3" json:"ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,11 +164,22 @@ func (x *NextRequest) GetCount() uint32 {
 	return 0
 }
 
+func (x *NextRequest) GetRanges() bool {
+	if x != nil {
+		return x.Ranges
+	}
+	return false
+}
+
 // NextResponse carries the IDs.
 type NextResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The IDs, in issue order; numeric modes give decimal strings.
-	Ids           []string `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	// The IDs, in issue order; numeric modes give decimal strings. Empty when they come in
+	// ranges.
+	Ids []string `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	// With NextRequest.ranges, the numeric IDs in issue order: count IDs in all, each range
+	// above the one before it.
+	Ranges        []*IdRange `protobuf:"bytes,2,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,6 +221,68 @@ func (x *NextResponse) GetIds() []string {
 	return nil
 }
 
+func (x *NextResponse) GetRanges() []*IdRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+// IdRange is a run of consecutive numeric IDs [start, end): start, start+1, ..., end-1.
+type IdRange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first ID.
+	Start int64 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	// One past the last ID.
+	End           int64 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdRange) Reset() {
+	*x = IdRange{}
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdRange) ProtoMessage() {}
+
+func (x *IdRange) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdRange.ProtoReflect.Descriptor instead.
+func (*IdRange) Descriptor() ([]byte, []int) {
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *IdRange) GetStart() int64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *IdRange) GetEnd() int64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
 // DecodeRequest names a snowflake ID.
 type DecodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -215,7 +294,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[2]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -227,7 +306,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[2]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -240,7 +319,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{2}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DecodeRequest) GetId() string {
@@ -265,7 +344,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[3]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +356,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[3]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +369,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{3}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DecodeResponse) GetTime() *timestamppb.Timestamp {
@@ -334,7 +413,7 @@ type CreateTagRequest struct {
 
 func (x *CreateTagRequest) Reset() {
 	*x = CreateTagRequest{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[4]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +425,7 @@ func (x *CreateTagRequest) String() string {
 func (*CreateTagRequest) ProtoMessage() {}
 
 func (x *CreateTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[4]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +438,7 @@ func (x *CreateTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTagRequest.ProtoReflect.Descriptor instead.
 func (*CreateTagRequest) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{4}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateTagRequest) GetTag() string {
@@ -401,7 +480,7 @@ type CreateTagResponse struct {
 
 func (x *CreateTagResponse) Reset() {
 	*x = CreateTagResponse{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[5]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +492,7 @@ func (x *CreateTagResponse) String() string {
 func (*CreateTagResponse) ProtoMessage() {}
 
 func (x *CreateTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[5]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +505,7 @@ func (x *CreateTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTagResponse.ProtoReflect.Descriptor instead.
 func (*CreateTagResponse) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{5}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateTagResponse) GetTag() *TagState {
@@ -445,7 +524,7 @@ type ListTagsRequest struct {
 
 func (x *ListTagsRequest) Reset() {
 	*x = ListTagsRequest{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[6]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +536,7 @@ func (x *ListTagsRequest) String() string {
 func (*ListTagsRequest) ProtoMessage() {}
 
 func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[6]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +549,7 @@ func (x *ListTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTagsRequest.ProtoReflect.Descriptor instead.
 func (*ListTagsRequest) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{6}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{7}
 }
 
 // ListTagsResponse is every segment tag.
@@ -484,7 +563,7 @@ type ListTagsResponse struct {
 
 func (x *ListTagsResponse) Reset() {
 	*x = ListTagsResponse{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[7]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +575,7 @@ func (x *ListTagsResponse) String() string {
 func (*ListTagsResponse) ProtoMessage() {}
 
 func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[7]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +588,7 @@ func (x *ListTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTagsResponse.ProtoReflect.Descriptor instead.
 func (*ListTagsResponse) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{7}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTagsResponse) GetTags() []*TagState {
@@ -537,7 +616,7 @@ type UpdateTagRequest struct {
 
 func (x *UpdateTagRequest) Reset() {
 	*x = UpdateTagRequest{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[8]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +628,7 @@ func (x *UpdateTagRequest) String() string {
 func (*UpdateTagRequest) ProtoMessage() {}
 
 func (x *UpdateTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[8]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +641,7 @@ func (x *UpdateTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTagRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTagRequest) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{8}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateTagRequest) GetTag() string {
@@ -597,7 +676,7 @@ type UpdateTagResponse struct {
 
 func (x *UpdateTagResponse) Reset() {
 	*x = UpdateTagResponse{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[9]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +688,7 @@ func (x *UpdateTagResponse) String() string {
 func (*UpdateTagResponse) ProtoMessage() {}
 
 func (x *UpdateTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[9]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +701,7 @@ func (x *UpdateTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTagResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTagResponse) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{9}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateTagResponse) GetTag() *TagState {
@@ -643,7 +722,7 @@ type DeleteTagRequest struct {
 
 func (x *DeleteTagRequest) Reset() {
 	*x = DeleteTagRequest{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[10]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +734,7 @@ func (x *DeleteTagRequest) String() string {
 func (*DeleteTagRequest) ProtoMessage() {}
 
 func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[10]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +747,7 @@ func (x *DeleteTagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTagRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTagRequest) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{10}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteTagRequest) GetTag() string {
@@ -689,7 +768,7 @@ type DeleteTagResponse struct {
 
 func (x *DeleteTagResponse) Reset() {
 	*x = DeleteTagResponse{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[11]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +780,7 @@ func (x *DeleteTagResponse) String() string {
 func (*DeleteTagResponse) ProtoMessage() {}
 
 func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[11]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +793,7 @@ func (x *DeleteTagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTagResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTagResponse) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{11}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteTagResponse) GetTag() *TagState {
@@ -739,7 +818,7 @@ type SegmentRange struct {
 
 func (x *SegmentRange) Reset() {
 	*x = SegmentRange{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[12]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +830,7 @@ func (x *SegmentRange) String() string {
 func (*SegmentRange) ProtoMessage() {}
 
 func (x *SegmentRange) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[12]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +843,7 @@ func (x *SegmentRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentRange.ProtoReflect.Descriptor instead.
 func (*SegmentRange) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{12}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SegmentRange) GetStart() int64 {
@@ -817,7 +896,7 @@ type TagState struct {
 
 func (x *TagState) Reset() {
 	*x = TagState{}
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[13]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +908,7 @@ func (x *TagState) String() string {
 func (*TagState) ProtoMessage() {}
 
 func (x *TagState) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[13]
+	mi := &file_coordkit_idgen_v1_idgen_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +921,7 @@ func (x *TagState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagState.ProtoReflect.Descriptor instead.
 func (*TagState) Descriptor() ([]byte, []int) {
-	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{13}
+	return file_coordkit_idgen_v1_idgen_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TagState) GetTag() string {
@@ -919,13 +998,18 @@ var File_coordkit_idgen_v1_idgen_proto protoreflect.FileDescriptor
 
 const file_coordkit_idgen_v1_idgen_proto_rawDesc = "" +
 	"\n" +
-	"\x1dcoordkit/idgen/v1/idgen.proto\x12\x11coordkit.idgen.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"b\n" +
+	"\x1dcoordkit/idgen/v1/idgen.proto\x12\x11coordkit.idgen.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"z\n" +
 	"\vNextRequest\x12+\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x17.coordkit.idgen.v1.ModeR\x04mode\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\rR\x05count\" \n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\x12\x16\n" +
+	"\x06ranges\x18\x04 \x01(\bR\x06ranges\"T\n" +
 	"\fNextResponse\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\tR\x03ids\"\x1f\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\x122\n" +
+	"\x06ranges\x18\x02 \x03(\v2\x1a.coordkit.idgen.v1.IdRangeR\x06ranges\"1\n" +
+	"\aIdRange\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x03R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x03R\x03end\"\x1f\n" +
 	"\rDecodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"y\n" +
 	"\x0eDecodeResponse\x12.\n" +
@@ -1003,53 +1087,55 @@ func file_coordkit_idgen_v1_idgen_proto_rawDescGZIP() []byte {
 }
 
 var file_coordkit_idgen_v1_idgen_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordkit_idgen_v1_idgen_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_coordkit_idgen_v1_idgen_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_coordkit_idgen_v1_idgen_proto_goTypes = []any{
 	(Mode)(0),                     // 0: coordkit.idgen.v1.Mode
 	(*NextRequest)(nil),           // 1: coordkit.idgen.v1.NextRequest
 	(*NextResponse)(nil),          // 2: coordkit.idgen.v1.NextResponse
-	(*DecodeRequest)(nil),         // 3: coordkit.idgen.v1.DecodeRequest
-	(*DecodeResponse)(nil),        // 4: coordkit.idgen.v1.DecodeResponse
-	(*CreateTagRequest)(nil),      // 5: coordkit.idgen.v1.CreateTagRequest
-	(*CreateTagResponse)(nil),     // 6: coordkit.idgen.v1.CreateTagResponse
-	(*ListTagsRequest)(nil),       // 7: coordkit.idgen.v1.ListTagsRequest
-	(*ListTagsResponse)(nil),      // 8: coordkit.idgen.v1.ListTagsResponse
-	(*UpdateTagRequest)(nil),      // 9: coordkit.idgen.v1.UpdateTagRequest
-	(*UpdateTagResponse)(nil),     // 10: coordkit.idgen.v1.UpdateTagResponse
-	(*DeleteTagRequest)(nil),      // 11: coordkit.idgen.v1.DeleteTagRequest
-	(*DeleteTagResponse)(nil),     // 12: coordkit.idgen.v1.DeleteTagResponse
-	(*SegmentRange)(nil),          // 13: coordkit.idgen.v1.SegmentRange
-	(*TagState)(nil),              // 14: coordkit.idgen.v1.TagState
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*IdRange)(nil),               // 3: coordkit.idgen.v1.IdRange
+	(*DecodeRequest)(nil),         // 4: coordkit.idgen.v1.DecodeRequest
+	(*DecodeResponse)(nil),        // 5: coordkit.idgen.v1.DecodeResponse
+	(*CreateTagRequest)(nil),      // 6: coordkit.idgen.v1.CreateTagRequest
+	(*CreateTagResponse)(nil),     // 7: coordkit.idgen.v1.CreateTagResponse
+	(*ListTagsRequest)(nil),       // 8: coordkit.idgen.v1.ListTagsRequest
+	(*ListTagsResponse)(nil),      // 9: coordkit.idgen.v1.ListTagsResponse
+	(*UpdateTagRequest)(nil),      // 10: coordkit.idgen.v1.UpdateTagRequest
+	(*UpdateTagResponse)(nil),     // 11: coordkit.idgen.v1.UpdateTagResponse
+	(*DeleteTagRequest)(nil),      // 12: coordkit.idgen.v1.DeleteTagRequest
+	(*DeleteTagResponse)(nil),     // 13: coordkit.idgen.v1.DeleteTagResponse
+	(*SegmentRange)(nil),          // 14: coordkit.idgen.v1.SegmentRange
+	(*TagState)(nil),              // 15: coordkit.idgen.v1.TagState
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_coordkit_idgen_v1_idgen_proto_depIdxs = []int32{
 	0,  // 0: coordkit.idgen.v1.NextRequest.mode:type_name -> coordkit.idgen.v1.Mode
-	15, // 1: coordkit.idgen.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
-	14, // 2: coordkit.idgen.v1.CreateTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
-	14, // 3: coordkit.idgen.v1.ListTagsResponse.tags:type_name -> coordkit.idgen.v1.TagState
-	14, // 4: coordkit.idgen.v1.UpdateTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
-	14, // 5: coordkit.idgen.v1.DeleteTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
-	15, // 6: coordkit.idgen.v1.TagState.updated_at:type_name -> google.protobuf.Timestamp
-	13, // 7: coordkit.idgen.v1.TagState.current:type_name -> coordkit.idgen.v1.SegmentRange
-	13, // 8: coordkit.idgen.v1.TagState.next:type_name -> coordkit.idgen.v1.SegmentRange
-	15, // 9: coordkit.idgen.v1.TagState.last_refill:type_name -> google.protobuf.Timestamp
-	1,  // 10: coordkit.idgen.v1.IdService.Next:input_type -> coordkit.idgen.v1.NextRequest
-	3,  // 11: coordkit.idgen.v1.IdService.Decode:input_type -> coordkit.idgen.v1.DecodeRequest
-	5,  // 12: coordkit.idgen.v1.IdService.CreateTag:input_type -> coordkit.idgen.v1.CreateTagRequest
-	7,  // 13: coordkit.idgen.v1.IdService.ListTags:input_type -> coordkit.idgen.v1.ListTagsRequest
-	9,  // 14: coordkit.idgen.v1.IdService.UpdateTag:input_type -> coordkit.idgen.v1.UpdateTagRequest
-	11, // 15: coordkit.idgen.v1.IdService.DeleteTag:input_type -> coordkit.idgen.v1.DeleteTagRequest
-	2,  // 16: coordkit.idgen.v1.IdService.Next:output_type -> coordkit.idgen.v1.NextResponse
-	4,  // 17: coordkit.idgen.v1.IdService.Decode:output_type -> coordkit.idgen.v1.DecodeResponse
-	6,  // 18: coordkit.idgen.v1.IdService.CreateTag:output_type -> coordkit.idgen.v1.CreateTagResponse
-	8,  // 19: coordkit.idgen.v1.IdService.ListTags:output_type -> coordkit.idgen.v1.ListTagsResponse
-	10, // 20: coordkit.idgen.v1.IdService.UpdateTag:output_type -> coordkit.idgen.v1.UpdateTagResponse
-	12, // 21: coordkit.idgen.v1.IdService.DeleteTag:output_type -> coordkit.idgen.v1.DeleteTagResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 1: coordkit.idgen.v1.NextResponse.ranges:type_name -> coordkit.idgen.v1.IdRange
+	16, // 2: coordkit.idgen.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
+	15, // 3: coordkit.idgen.v1.CreateTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
+	15, // 4: coordkit.idgen.v1.ListTagsResponse.tags:type_name -> coordkit.idgen.v1.TagState
+	15, // 5: coordkit.idgen.v1.UpdateTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
+	15, // 6: coordkit.idgen.v1.DeleteTagResponse.tag:type_name -> coordkit.idgen.v1.TagState
+	16, // 7: coordkit.idgen.v1.TagState.updated_at:type_name -> google.protobuf.Timestamp
+	14, // 8: coordkit.idgen.v1.TagState.current:type_name -> coordkit.idgen.v1.SegmentRange
+	14, // 9: coordkit.idgen.v1.TagState.next:type_name -> coordkit.idgen.v1.SegmentRange
+	16, // 10: coordkit.idgen.v1.TagState.last_refill:type_name -> google.protobuf.Timestamp
+	1,  // 11: coordkit.idgen.v1.IdService.Next:input_type -> coordkit.idgen.v1.NextRequest
+	4,  // 12: coordkit.idgen.v1.IdService.Decode:input_type -> coordkit.idgen.v1.DecodeRequest
+	6,  // 13: coordkit.idgen.v1.IdService.CreateTag:input_type -> coordkit.idgen.v1.CreateTagRequest
+	8,  // 14: coordkit.idgen.v1.IdService.ListTags:input_type -> coordkit.idgen.v1.ListTagsRequest
+	10, // 15: coordkit.idgen.v1.IdService.UpdateTag:input_type -> coordkit.idgen.v1.UpdateTagRequest
+	12, // 16: coordkit.idgen.v1.IdService.DeleteTag:input_type -> coordkit.idgen.v1.DeleteTagRequest
+	2,  // 17: coordkit.idgen.v1.IdService.Next:output_type -> coordkit.idgen.v1.NextResponse
+	5,  // 18: coordkit.idgen.v1.IdService.Decode:output_type -> coordkit.idgen.v1.DecodeResponse
+	7,  // 19: coordkit.idgen.v1.IdService.CreateTag:output_type -> coordkit.idgen.v1.CreateTagResponse
+	9,  // 20: coordkit.idgen.v1.IdService.ListTags:output_type -> coordkit.idgen.v1.ListTagsResponse
+	11, // 21: coordkit.idgen.v1.IdService.UpdateTag:output_type -> coordkit.idgen.v1.UpdateTagResponse
+	13, // 22: coordkit.idgen.v1.IdService.DeleteTag:output_type -> coordkit.idgen.v1.DeleteTagResponse
+	17, // [17:23] is the sub-list for method output_type
+	11, // [11:17] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_idgen_v1_idgen_proto_init() }
@@ -1057,14 +1143,14 @@ func file_coordkit_idgen_v1_idgen_proto_init() {
 	if File_coordkit_idgen_v1_idgen_proto != nil {
 		return
 	}
-	file_coordkit_idgen_v1_idgen_proto_msgTypes[8].OneofWrappers = []any{}
+	file_coordkit_idgen_v1_idgen_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_idgen_v1_idgen_proto_rawDesc), len(file_coordkit_idgen_v1_idgen_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

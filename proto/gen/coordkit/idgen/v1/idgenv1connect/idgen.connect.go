@@ -53,7 +53,8 @@ const (
 type IdServiceClient interface {
 	// Next returns count IDs of one mode. Numeric IDs of one call strictly increase; they come
 	// from one reservation (one snowflake millisecond run, one segment, one INCRBY) where it
-	// holds enough.
+	// holds enough. With NextRequest.ranges the numeric IDs come as runs of consecutive
+	// numbers instead of one string each, which is how the Go SDK fetches its blocks.
 	Next(context.Context, *v1.NextRequest) (*v1.NextResponse, error)
 	// Decode explains a snowflake ID: when it was issued, by which worker id, at which sequence.
 	// Only snowflake IDs carry a time and a worker: segment and Redis IDs are plain counters,
@@ -195,7 +196,8 @@ func (c *idServiceClient) DeleteTag(ctx context.Context, req *v1.DeleteTagReques
 type IdServiceHandler interface {
 	// Next returns count IDs of one mode. Numeric IDs of one call strictly increase; they come
 	// from one reservation (one snowflake millisecond run, one segment, one INCRBY) where it
-	// holds enough.
+	// holds enough. With NextRequest.ranges the numeric IDs come as runs of consecutive
+	// numbers instead of one string each, which is how the Go SDK fetches its blocks.
 	Next(context.Context, *v1.NextRequest) (*v1.NextResponse, error)
 	// Decode explains a snowflake ID: when it was issued, by which worker id, at which sequence.
 	// Only snowflake IDs carry a time and a worker: segment and Redis IDs are plain counters,
