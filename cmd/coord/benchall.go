@@ -171,10 +171,12 @@ func lockAbout(cfg benchConfig) string {
 
 // idAbout says what `coord bench id` measures with cfg, for the report.
 func idAbout(cfg benchIDConfig) string {
-	return fmt.Sprintf("First the in-process generators (testing.Benchmark, about a second each) next to bwmarrin/snowflake "+
-		"and google/uuid; then the segment double buffer's switch (calls that moved to the next segment against all others); "+
-		"then Next through the ID service in-process by %d clients, one ID per call and %d per call, per mode; "+
-		"each row %s measured after %s of warm-up.", cfg.clients, cfg.batch, cfg.duration, cfg.warmup)
+	return fmt.Sprintf("First the in-process generators (testing.Benchmark, about a second each, the fastest of two rounds) "+
+		"next to bwmarrin/snowflake and google/uuid with the same output (strings for UUIDs), with the ratios under the table; "+
+		"then the segment double buffer's switch (calls that moved to the next segment against all others); "+
+		"then Next through the ID service in-process by %d clients, one ID per call and %d per call, per mode, "+
+		"each row %s measured after %s of warm-up; last the SDK's Next from one goroutine per mode (sdk/…), "+
+		"served from its blocks, with the calls that waited for a fetch.", cfg.clients, cfg.batch, cfg.duration, cfg.warmup)
 }
 
 // taskAbout says what `coord bench task` measures with cfg, for the report.

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
@@ -214,7 +215,7 @@ func startTaskService(ctx context.Context, cfg taskBenchConfig, backend, stamp s
 		}
 		prefix := "coordkit:bench:" + stamp
 		closers.Add(func() error { return deleteRedisPrefix(context.WithoutCancel(ctx), rdb, prefix) })
-		b = redistask.New(rdb, redistask.Config{Prefix: prefix})
+		b = redistask.New(rdb, redistask.Config{Prefix: prefix, Scripts: redisconf.Pipelined(rdb)}) // as taskpickservice.Open wires it
 	case "mysql":
 		db, err := sqldb.OpenMySQL(ctx, cfg.mysqlDSN, 32)
 		if err != nil {

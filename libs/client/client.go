@@ -64,11 +64,12 @@ func WithToken(token string) Option { return func(o *options) { o.token = token 
 // default.
 func WithBackend(name string) Option { return func(o *options) { o.backend = name } }
 
-// DefaultBatching is how many lock requests a Client keeps in flight before further calls
-// queue and go out together as one Batch request (see WithBatching).
+// DefaultBatching is how many lock (and task) requests a Client keeps in flight before
+// further calls queue and go out together as one Batch request (see WithBatching).
 const DefaultBatching = 2
 
-// WithBatching sets how many lock requests the client keeps in flight at once; calls made
+// WithBatching sets how many lock requests, and separately task requests, the client keeps
+// in flight at once; calls made
 // while all of them are busy queue and leave together, as one Batch request, when one
 // comes back. So an idle caller waits for nothing and many concurrent callers share round
 // trips instead of paying one each. Every method still answers exactly what its own call
@@ -87,12 +88,14 @@ func New(baseURL string, opts ...Option) *Client {
 	o := newOptions(opts)
 	httpClient, connectOpts := o.transport()
 	var locks lockv1connect.LockServiceClient = lockv1connect.NewLockServiceClient(httpClient, baseURL, connectOpts...)
+	var tasks taskpickv1connect.TaskPickServiceClient = taskpickv1connect.NewTaskPickServiceClient(httpClient, baseURL, connectOpts...)
 	if o.batching > 0 {
 		locks = newBatchingLocks(locks, o.batching)
+		tasks = newBatchingTasks(tasks, o.batching)
 	}
 	return &Client{
 		locks:   locks,
-		tasks:   taskpickv1connect.NewTaskPickServiceClient(httpClient, baseURL, connectOpts...),
+		tasks:   tasks,
 		ids:     newIDs(idgenv1connect.NewIdServiceClient(httpClient, baseURL, connectOpts...), o.idBlock, o.idMaxBlock),
 		backend: o.backend,
 	}

@@ -3,12 +3,7 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync/atomic"
 
-	"connectrpc.com/connect"
-
-	"github.com/coordkit/coordkit/libs/batch"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 )
@@ -26,10 +21,7 @@ const lockBatchLimit = 256
 // the unary call would, errors included.
 type batchingLocks struct {
 	lockv1connect.LockServiceClient
-	ops *batch.Coalescer[*lockv1.BatchOperation, *lockv1.BatchResult]
-	// unbatched is set once the service answered Batch with unimplemented (an older
-	// version): from then on every call goes out alone.
-	unbatched atomic.Bool
+	calls *batchCalls[*lockv1.BatchOperation, *lockv1.BatchResult]
 }
 
 var _ lockv1connect.LockServiceClient = (*batchingLocks)(nil)
@@ -38,47 +30,14 @@ var _ lockv1connect.LockServiceClient = (*batchingLocks)(nil)
 // calls start to queue into batches.
 func newBatchingLocks(raw lockv1connect.LockServiceClient, maxInFlight int) *batchingLocks {
 	b := &batchingLocks{LockServiceClient: raw}
-	b.ops = batch.New(b.send, batch.Config{MaxInFlight: maxInFlight, MaxBatch: lockBatchLimit})
+	b.calls = newBatchCalls(maxInFlight, lockBatchLimit, b.batch, b.unary)
 	return b
 }
 
-// send sends one operation as its own call, several as one Batch.
-func (b *batchingLocks) send(ctx context.Context, ops []*lockv1.BatchOperation) ([]batch.Result[*lockv1.BatchResult], error) {
-	if len(ops) == 1 || b.unbatched.Load() {
-		return b.sendEach(ctx, ops), nil
-	}
+// batch sends ops as one Batch call.
+func (b *batchingLocks) batch(ctx context.Context, ops []*lockv1.BatchOperation) ([]*lockv1.BatchResult, error) {
 	res, err := b.LockServiceClient.Batch(ctx, &lockv1.BatchRequest{Operations: ops})
-	if connect.CodeOf(err) == connect.CodeUnimplemented {
-		b.unbatched.Store(true)
-		return b.sendEach(ctx, ops), nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if len(res.GetResults()) != len(ops) {
-		return nil, fmt.Errorf("%w: %d operations, %d results", batch.ErrShortAnswer, len(ops), len(res.GetResults()))
-	}
-	out := make([]batch.Result[*lockv1.BatchResult], len(ops))
-	for i, r := range res.GetResults() {
-		out[i].Value = r
-	}
-	return out, nil
-}
-
-// sendEach sends every operation as its own unary call, at once.
-func (b *batchingLocks) sendEach(ctx context.Context, ops []*lockv1.BatchOperation) []batch.Result[*lockv1.BatchResult] {
-	out := make([]batch.Result[*lockv1.BatchResult], len(ops))
-	done := make(chan struct{}, len(ops))
-	for i, op := range ops {
-		go func() {
-			out[i].Value, out[i].Err = b.unary(ctx, op)
-			done <- struct{}{}
-		}()
-	}
-	for range ops {
-		<-done
-	}
-	return out
+	return res.GetResults(), err
 }
 
 // unary sends op as its own call and wraps the answer as a batch result.
@@ -117,48 +76,14 @@ func (b *batchingLocks) unary(ctx context.Context, op *lockv1.BatchOperation) (*
 
 // do sends op through the coalescer and unwraps its own error.
 func (b *batchingLocks) do(ctx context.Context, op *lockv1.BatchOperation) (*lockv1.BatchResult, error) {
-	r, err := b.ops.Do(ctx, op)
+	r, err := b.calls.do(ctx, op)
 	if err != nil {
-		return nil, callError(ctx, err)
+		return nil, err
 	}
 	if e := r.GetError(); e != nil {
 		return nil, operationError(e)
 	}
 	return r, nil
-}
-
-// callError is the error a call that did not get its own answer returns, as a Connect error
-// the way the unary client would return it: the caller's context ending is canceled or
-// deadline_exceeded, a broken answer internal; errors of the request itself already are
-// Connect errors.
-func callError(ctx context.Context, err error) error {
-	var ce *connect.Error
-	switch {
-	case errors.As(err, &ce):
-		return err
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
-	case ctx.Err() != nil:
-		return connect.NewError(connect.CodeCanceled, err)
-	case errors.Is(err, batch.ErrShortAnswer):
-		return connect.NewError(connect.CodeInternal, err)
-	}
-	return connect.NewError(connect.CodeUnknown, err)
-}
-
-// operationError is a batched operation's error as the unary call would have returned it.
-func operationError(e *lockv1.BatchError) error {
-	var code connect.Code
-	if code.UnmarshalText([]byte(e.GetCode())) != nil {
-		code = connect.CodeUnknown
-	}
-	return connect.NewError(code, errors.New(e.GetMessage()))
-}
-
-// mismatch is the error for a batch result that answers another kind of operation than the
-// one sent: a broken service, never a success.
-func mismatch(sent string, r *lockv1.BatchResult) error {
-	return connect.NewError(connect.CodeInternal, fmt.Errorf("client: the service answered a batched %s with %T", sent, r.GetResult()))
 }
 
 // Acquire implements lockv1connect.LockServiceClient; an acquire that waits goes out alone.
@@ -171,7 +96,7 @@ func (b *batchingLocks) Acquire(ctx context.Context, req *lockv1.AcquireRequest)
 		return nil, err
 	}
 	if r.GetAcquire() == nil {
-		return nil, mismatch("acquire", r)
+		return nil, mismatch("acquire", r.GetResult())
 	}
 	return r.GetAcquire(), nil
 }
@@ -183,7 +108,7 @@ func (b *batchingLocks) Release(ctx context.Context, req *lockv1.ReleaseRequest)
 		return nil, err
 	}
 	if r.GetRelease() == nil {
-		return nil, mismatch("release", r)
+		return nil, mismatch("release", r.GetResult())
 	}
 	return r.GetRelease(), nil
 }
@@ -195,7 +120,7 @@ func (b *batchingLocks) Renew(ctx context.Context, req *lockv1.RenewRequest) (*l
 		return nil, err
 	}
 	if r.GetRenew() == nil {
-		return nil, mismatch("renew", r)
+		return nil, mismatch("renew", r.GetResult())
 	}
 	return r.GetRenew(), nil
 }
@@ -207,7 +132,7 @@ func (b *batchingLocks) Inspect(ctx context.Context, req *lockv1.InspectRequest)
 		return nil, err
 	}
 	if r.GetInspect() == nil {
-		return nil, mismatch("inspect", r)
+		return nil, mismatch("inspect", r.GetResult())
 	}
 	return r.GetInspect(), nil
 }

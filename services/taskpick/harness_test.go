@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/libs/event"
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
@@ -37,7 +38,8 @@ func redisStore(t *testing.T) func(t *testing.T) taskpick.Backend {
 	prefix := testenv.Prefix(t)
 	testenv.CleanRedis(t, testenv.Redis(t, ""), prefix)
 	return func(t *testing.T) taskpick.Backend {
-		return redistask.New(testenv.Redis(t, ""), redistask.Config{Prefix: prefix})
+		rdb := testenv.Redis(t, "")
+		return redistask.New(rdb, redistask.Config{Prefix: prefix, Scripts: redisconf.Pipelined(rdb)}) // as taskpickservice.Open wires it
 	}
 }
 

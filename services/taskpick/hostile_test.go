@@ -47,6 +47,10 @@ func TestHostileInput(t *testing.T) {
 		hostile("extend ttl 1m", svc+"Extend", `{"pool":"p","id":"a","lease_token":"1","ttl":"1m"}`, bad, "ttl"),
 		hostile("get id 1 MB", svc+"Get", `{"pool":"p","id":"`+mega+`"}`, bad, "id"),
 		hostile("requeue ids not strings", svc+"Requeue", `{"pool":"p","ids":[1,2]}`, bad, "ids[0]"),
+		hostile("batch operations not a list", svc+"Batch", `{"operations":{"ack":{}}}`, bad, "operations"),
+		hostile("batch ack token text", svc+"Batch", `{"operations":[{"get":{"pool":"p","id":"a"}},{"ack":{"pool":"p","id":"a","lease_token":"abc"}}]}`, bad, "operations[1].ack.lease_token"),
+		hostile("batch two kinds in one operation", svc+"Batch", `{"operations":[{"ack":{"pool":"p"},"get":{"pool":"p"}}]}`, bad, "operations[0].get"),
+		hostile("batch pick", svc+"Batch", `{"operations":[{"pick":{"pool":"p"}}]}`, bad, "operations[0].pick"),
 		hostile("body not JSON", svc+"Pick", `pool=p`, bad, "request body"),
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/testenv"
 	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
@@ -45,7 +46,7 @@ func workServer(t *testing.T) string {
 	prefix := testenv.Prefix(t)
 	testenv.CleanRedis(t, rdb, prefix)
 	svc, err := taskpick.NewService(taskpick.Config{
-		Backends:      map[string]taskpick.Backend{"sqlite": sq, "redis": redistask.New(rdb, redistask.Config{Prefix: prefix})},
+		Backends:      map[string]taskpick.Backend{"sqlite": sq, "redis": redistask.New(rdb, redistask.Config{Prefix: prefix, Scripts: redisconf.Pipelined(rdb)})},
 		Default:       "sqlite",
 		SweepInterval: 50 * time.Millisecond,
 		Logger:        quiet,

@@ -43,13 +43,20 @@ type Config struct {
 	Prefix string
 	// Retention keeps acked tasks as done for this long; 0 deletes them at Ack.
 	Retention time.Duration
+	// Scripts runs the scripts, which are every operation but the pools hash's bookkeeping
+	// (HINCRBY, HGETALL on rdb); default rdb itself. redisconf.Pipelined(rdb) sends the
+	// scripts of concurrent calls (a Batch's operations, many workers' Acks) together, one
+	// round trip for all. No script blocks (a waiting Pick waits in the service, not in
+	// Redis), so none holds up the others of its pipeline.
+	Scripts redis.Scripter
 }
 
 // Backend implements taskpick.Backend on Redis.
 type Backend struct {
-	rdb    redis.UniversalClient
-	prefix string
-	cfg    Config
+	rdb     redis.UniversalClient
+	scripts redis.Scripter
+	prefix  string
+	cfg     Config
 }
 
 var _ taskpick.Backend = (*Backend)(nil)
@@ -59,7 +66,11 @@ func New(rdb redis.UniversalClient, cfg Config) *Backend {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	return &Backend{rdb: rdb, prefix: cfg.Prefix, cfg: cfg}
+	scripts := cfg.Scripts
+	if scripts == nil {
+		scripts = rdb
+	}
+	return &Backend{rdb: rdb, scripts: scripts, prefix: cfg.Prefix, cfg: cfg}
 }
 
 // Close implements taskpick.Backend; the client is the caller's.
@@ -83,7 +94,7 @@ func (b *Backend) fail(ctx context.Context, err error) error {
 
 func (b *Backend) run(ctx context.Context, s *redis.Script, pool string, args ...any) (any, error) {
 	keys, p := b.keys(pool)
-	v, err := s.Run(ctx, b.rdb, keys, append([]any{p}, args...)...).Result()
+	v, err := s.Run(ctx, b.scripts, keys, append([]any{p}, args...)...).Result()
 	if err != nil {
 		return nil, b.fail(ctx, err)
 	}
@@ -315,7 +326,7 @@ func (b *Backend) Sweep(ctx context.Context, limit int) ([]taskpick.Recovered, e
 			out = append(out, r)
 		}
 		if toInt(vals[3]) == 1 {
-			if err := unregisterScript.Run(ctx, b.rdb, []string{b.poolsKey()}, pool, gen).Err(); err != nil {
+			if err := unregisterScript.Run(ctx, b.scripts, []string{b.poolsKey()}, pool, gen).Err(); err != nil {
 				return out, b.fail(ctx, err)
 			}
 		}

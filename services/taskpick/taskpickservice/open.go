@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/services/taskpick"
@@ -42,7 +43,7 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	closers.Add(sq.Close)
 	backends["sqlite"] = sq
 	if rdb := deps.RedisClient(); rdb != nil {
-		backends["redis"] = redistask.New(rdb, redistask.Config{Retention: cfg.Retention})
+		backends["redis"] = redistask.New(rdb, redistask.Config{Retention: cfg.Retention, Scripts: redisconf.Pipelined(rdb)})
 	}
 	if deps.MySQL != nil {
 		b, err := sqltask.New(ctx, deps.MySQL, sqltask.Config{Retention: cfg.Retention})

@@ -1570,6 +1570,438 @@ func (x *RequeueResponse) GetRequeued() []bool {
 	return nil
 }
 
+// BatchRequest carries the operations of a Batch call.
+type BatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operations, 1 to 1000.
+	Operations    []*BatchOperation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRequest) Reset() {
+	*x = BatchRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRequest) ProtoMessage() {}
+
+func (x *BatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
+func (*BatchRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *BatchRequest) GetOperations() []*BatchOperation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+// BatchOperation is one operation of a batch: exactly one of its fields is set.
+type BatchOperation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	//
+	// Types that are valid to be assigned to Operation:
+	//
+	//	*BatchOperation_Put
+	//	*BatchOperation_Ack
+	//	*BatchOperation_Nack
+	//	*BatchOperation_Extend
+	//	*BatchOperation_Get
+	Operation     isBatchOperation_Operation `protobuf_oneof:"operation"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOperation) Reset() {
+	*x = BatchOperation{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOperation) ProtoMessage() {}
+
+func (x *BatchOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOperation.ProtoReflect.Descriptor instead.
+func (*BatchOperation) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *BatchOperation) GetOperation() isBatchOperation_Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetPut() *PutRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetAck() *AckRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetNack() *NackRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Nack); ok {
+			return x.Nack
+		}
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetExtend() *ExtendRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Extend); ok {
+			return x.Extend
+		}
+	}
+	return nil
+}
+
+func (x *BatchOperation) GetGet() *GetRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*BatchOperation_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+type isBatchOperation_Operation interface {
+	isBatchOperation_Operation()
+}
+
+type BatchOperation_Put struct {
+	// A Put.
+	Put *PutRequest `protobuf:"bytes,1,opt,name=put,proto3,oneof"`
+}
+
+type BatchOperation_Ack struct {
+	// An Ack.
+	Ack *AckRequest `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
+}
+
+type BatchOperation_Nack struct {
+	// A Nack.
+	Nack *NackRequest `protobuf:"bytes,3,opt,name=nack,proto3,oneof"`
+}
+
+type BatchOperation_Extend struct {
+	// An Extend.
+	Extend *ExtendRequest `protobuf:"bytes,4,opt,name=extend,proto3,oneof"`
+}
+
+type BatchOperation_Get struct {
+	// A Get.
+	Get *GetRequest `protobuf:"bytes,5,opt,name=get,proto3,oneof"`
+}
+
+func (*BatchOperation_Put) isBatchOperation_Operation() {}
+
+func (*BatchOperation_Ack) isBatchOperation_Operation() {}
+
+func (*BatchOperation_Nack) isBatchOperation_Operation() {}
+
+func (*BatchOperation_Extend) isBatchOperation_Operation() {}
+
+func (*BatchOperation_Get) isBatchOperation_Operation() {}
+
+// BatchResponse answers every operation of a Batch call, in the request's order.
+type BatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per operation.
+	Results       []*BatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponse) Reset() {
+	*x = BatchResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponse) ProtoMessage() {}
+
+func (x *BatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
+func (*BatchResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BatchResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchResult is one operation's answer: its response, or its error.
+type BatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation's response, of the same kind as the operation; unset on error.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchResult_Put
+	//	*BatchResult_Ack
+	//	*BatchResult_Nack
+	//	*BatchResult_Extend
+	//	*BatchResult_Get
+	Result isBatchResult_Result `protobuf_oneof:"result"`
+	// The error the operation alone would have failed with; unset on success.
+	Error         *BatchError `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResult) Reset() {
+	*x = BatchResult{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResult) ProtoMessage() {}
+
+func (x *BatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
+func (*BatchResult) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *BatchResult) GetResult() isBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchResult) GetPut() *PutResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetAck() *AckResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetNack() *NackResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Nack); ok {
+			return x.Nack
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetExtend() *ExtendResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Extend); ok {
+			return x.Extend
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetGet() *GetResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetError() *BatchError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type isBatchResult_Result interface {
+	isBatchResult_Result()
+}
+
+type BatchResult_Put struct {
+	// The Put's response.
+	Put *PutResponse `protobuf:"bytes,1,opt,name=put,proto3,oneof"`
+}
+
+type BatchResult_Ack struct {
+	// The Ack's response.
+	Ack *AckResponse `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
+}
+
+type BatchResult_Nack struct {
+	// The Nack's response.
+	Nack *NackResponse `protobuf:"bytes,3,opt,name=nack,proto3,oneof"`
+}
+
+type BatchResult_Extend struct {
+	// The Extend's response.
+	Extend *ExtendResponse `protobuf:"bytes,4,opt,name=extend,proto3,oneof"`
+}
+
+type BatchResult_Get struct {
+	// The Get's response.
+	Get *GetResponse `protobuf:"bytes,5,opt,name=get,proto3,oneof"`
+}
+
+func (*BatchResult_Put) isBatchResult_Result() {}
+
+func (*BatchResult_Ack) isBatchResult_Result() {}
+
+func (*BatchResult_Nack) isBatchResult_Result() {}
+
+func (*BatchResult_Extend) isBatchResult_Result() {}
+
+func (*BatchResult_Get) isBatchResult_Result() {}
+
+// BatchError is an operation's error, as Connect would have sent it for a single call.
+type BatchError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Connect error code in its wire form, such as failed_precondition or unavailable.
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The error message.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchError) Reset() {
+	*x = BatchError{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchError) ProtoMessage() {}
+
+func (x *BatchError) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchError.ProtoReflect.Descriptor instead.
+func (*BatchError) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *BatchError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *BatchError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // AvailableEvent is published on coordkit.taskpick.v1.available.<backend>.<pool token> when
 // tasks become available: put, given back by Nack, recovered from an expired lease, or
 // requeued. It is a hint for waiting Picks; NATS may lose it.
@@ -1587,7 +2019,7 @@ type AvailableEvent struct {
 
 func (x *AvailableEvent) Reset() {
 	*x = AvailableEvent{}
-	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[21]
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +2031,7 @@ func (x *AvailableEvent) String() string {
 func (*AvailableEvent) ProtoMessage() {}
 
 func (x *AvailableEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[21]
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +2044,7 @@ func (x *AvailableEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AvailableEvent.ProtoReflect.Descriptor instead.
 func (*AvailableEvent) Descriptor() ([]byte, []int) {
-	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{21}
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AvailableEvent) GetBackend() string {
@@ -1748,6 +2180,31 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x03ids\x18\x03 \x03(\tR\x03ids\"-\n" +
 	"\x0fRequeueResponse\x12\x1a\n" +
 	"\brequeued\x18\x01 \x03(\bR\brequeued\"T\n" +
+	"\fBatchRequest\x12D\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2$.coordkit.taskpick.v1.BatchOperationR\n" +
+	"operations\"\xb7\x02\n" +
+	"\x0eBatchOperation\x124\n" +
+	"\x03put\x18\x01 \x01(\v2 .coordkit.taskpick.v1.PutRequestH\x00R\x03put\x124\n" +
+	"\x03ack\x18\x02 \x01(\v2 .coordkit.taskpick.v1.AckRequestH\x00R\x03ack\x127\n" +
+	"\x04nack\x18\x03 \x01(\v2!.coordkit.taskpick.v1.NackRequestH\x00R\x04nack\x12=\n" +
+	"\x06extend\x18\x04 \x01(\v2#.coordkit.taskpick.v1.ExtendRequestH\x00R\x06extend\x124\n" +
+	"\x03get\x18\x05 \x01(\v2 .coordkit.taskpick.v1.GetRequestH\x00R\x03getB\v\n" +
+	"\toperation\"L\n" +
+	"\rBatchResponse\x12;\n" +
+	"\aresults\x18\x01 \x03(\v2!.coordkit.taskpick.v1.BatchResultR\aresults\"\xee\x02\n" +
+	"\vBatchResult\x125\n" +
+	"\x03put\x18\x01 \x01(\v2!.coordkit.taskpick.v1.PutResponseH\x00R\x03put\x125\n" +
+	"\x03ack\x18\x02 \x01(\v2!.coordkit.taskpick.v1.AckResponseH\x00R\x03ack\x128\n" +
+	"\x04nack\x18\x03 \x01(\v2\".coordkit.taskpick.v1.NackResponseH\x00R\x04nack\x12>\n" +
+	"\x06extend\x18\x04 \x01(\v2$.coordkit.taskpick.v1.ExtendResponseH\x00R\x06extend\x125\n" +
+	"\x03get\x18\x05 \x01(\v2!.coordkit.taskpick.v1.GetResponseH\x00R\x03get\x126\n" +
+	"\x05error\x18\x06 \x01(\v2 .coordkit.taskpick.v1.BatchErrorR\x05errorB\b\n" +
+	"\x06result\":\n" +
+	"\n" +
+	"BatchError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"T\n" +
 	"\x0eAvailableEvent\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -1766,7 +2223,7 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\n" +
 	"STATE_DEAD\x10\x04\x12\x0e\n" +
 	"\n" +
-	"STATE_DONE\x10\x052\xff\x05\n" +
+	"STATE_DONE\x10\x052\xd3\x06\n" +
 	"\x0fTaskPickService\x12L\n" +
 	"\x03Put\x12 .coordkit.taskpick.v1.PutRequest\x1a!.coordkit.taskpick.v1.PutResponse\"\x00\x12O\n" +
 	"\x04Pick\x12!.coordkit.taskpick.v1.PickRequest\x1a\".coordkit.taskpick.v1.PickResponse\"\x00\x12L\n" +
@@ -1776,7 +2233,8 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x03Get\x12 .coordkit.taskpick.v1.GetRequest\x1a!.coordkit.taskpick.v1.GetResponse\"\x00\x12R\n" +
 	"\x05Stats\x12\".coordkit.taskpick.v1.StatsRequest\x1a#.coordkit.taskpick.v1.StatsResponse\"\x00\x12[\n" +
 	"\bListDead\x12%.coordkit.taskpick.v1.ListDeadRequest\x1a&.coordkit.taskpick.v1.ListDeadResponse\"\x00\x12X\n" +
-	"\aRequeue\x12$.coordkit.taskpick.v1.RequeueRequest\x1a%.coordkit.taskpick.v1.RequeueResponse\"\x00B\xe3\x01\n" +
+	"\aRequeue\x12$.coordkit.taskpick.v1.RequeueRequest\x1a%.coordkit.taskpick.v1.RequeueResponse\"\x00\x12R\n" +
+	"\x05Batch\x12\".coordkit.taskpick.v1.BatchRequest\x1a#.coordkit.taskpick.v1.BatchResponse\"\x00B\xe3\x01\n" +
 	"\x18com.coordkit.taskpick.v1B\rTaskpickProtoP\x01ZFgithub.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1;taskpickv1\xa2\x02\x03CTX\xaa\x02\x14Coordkit.Taskpick.V1\xca\x02\x14Coordkit\\Taskpick\\V1\xe2\x02 Coordkit\\Taskpick\\V1\\GPBMetadata\xea\x02\x16Coordkit::Taskpick::V1b\x06proto3"
 
 var (
@@ -1792,7 +2250,7 @@ func file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP() []byte {
 }
 
 var file_coordkit_taskpick_v1_taskpick_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coordkit_taskpick_v1_taskpick_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_coordkit_taskpick_v1_taskpick_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_coordkit_taskpick_v1_taskpick_proto_goTypes = []any{
 	(Order)(0),                    // 0: coordkit.taskpick.v1.Order
 	(State)(0),                    // 1: coordkit.taskpick.v1.State
@@ -1817,49 +2275,69 @@ var file_coordkit_taskpick_v1_taskpick_proto_goTypes = []any{
 	(*ListDeadResponse)(nil),      // 20: coordkit.taskpick.v1.ListDeadResponse
 	(*RequeueRequest)(nil),        // 21: coordkit.taskpick.v1.RequeueRequest
 	(*RequeueResponse)(nil),       // 22: coordkit.taskpick.v1.RequeueResponse
-	(*AvailableEvent)(nil),        // 23: coordkit.taskpick.v1.AvailableEvent
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*BatchRequest)(nil),          // 23: coordkit.taskpick.v1.BatchRequest
+	(*BatchOperation)(nil),        // 24: coordkit.taskpick.v1.BatchOperation
+	(*BatchResponse)(nil),         // 25: coordkit.taskpick.v1.BatchResponse
+	(*BatchResult)(nil),           // 26: coordkit.taskpick.v1.BatchResult
+	(*BatchError)(nil),            // 27: coordkit.taskpick.v1.BatchError
+	(*AvailableEvent)(nil),        // 28: coordkit.taskpick.v1.AvailableEvent
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
 }
 var file_coordkit_taskpick_v1_taskpick_proto_depIdxs = []int32{
-	24, // 0: coordkit.taskpick.v1.NewTask.run_at:type_name -> google.protobuf.Timestamp
+	29, // 0: coordkit.taskpick.v1.NewTask.run_at:type_name -> google.protobuf.Timestamp
 	2,  // 1: coordkit.taskpick.v1.PutRequest.tasks:type_name -> coordkit.taskpick.v1.NewTask
-	25, // 2: coordkit.taskpick.v1.PickRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 2: coordkit.taskpick.v1.PickRequest.ttl:type_name -> google.protobuf.Duration
 	0,  // 3: coordkit.taskpick.v1.PickRequest.order:type_name -> coordkit.taskpick.v1.Order
-	25, // 4: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
-	24, // 5: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 4: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
+	29, // 5: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
 	6,  // 6: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
-	25, // 7: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
-	25, // 8: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	24, // 9: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 7: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
+	30, // 8: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	29, // 9: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 10: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
-	24, // 11: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	29, // 11: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
 	14, // 12: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
-	25, // 13: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
+	30, // 13: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
 	14, // 14: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
-	3,  // 15: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
-	5,  // 16: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
-	8,  // 17: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
-	10, // 18: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
-	12, // 19: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
-	15, // 20: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
-	17, // 21: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
-	19, // 22: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
-	21, // 23: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
-	4,  // 24: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
-	7,  // 25: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
-	9,  // 26: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
-	11, // 27: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
-	13, // 28: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
-	16, // 29: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
-	18, // 30: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
-	20, // 31: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
-	22, // 32: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	24, // 15: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
+	3,  // 16: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
+	8,  // 17: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
+	10, // 18: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
+	12, // 19: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
+	15, // 20: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
+	26, // 21: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
+	4,  // 22: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
+	9,  // 23: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
+	11, // 24: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
+	13, // 25: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
+	16, // 26: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
+	27, // 27: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
+	3,  // 28: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
+	5,  // 29: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
+	8,  // 30: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
+	10, // 31: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
+	12, // 32: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
+	15, // 33: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
+	17, // 34: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
+	19, // 35: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
+	21, // 36: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
+	23, // 37: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
+	4,  // 38: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
+	7,  // 39: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
+	9,  // 40: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
+	11, // 41: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
+	13, // 42: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
+	16, // 43: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
+	18, // 44: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
+	20, // 45: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
+	22, // 46: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
+	25, // 47: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
+	38, // [38:48] is the sub-list for method output_type
+	28, // [28:38] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_taskpick_v1_taskpick_proto_init() }
@@ -1867,13 +2345,27 @@ func file_coordkit_taskpick_v1_taskpick_proto_init() {
 	if File_coordkit_taskpick_v1_taskpick_proto != nil {
 		return
 	}
+	file_coordkit_taskpick_v1_taskpick_proto_msgTypes[22].OneofWrappers = []any{
+		(*BatchOperation_Put)(nil),
+		(*BatchOperation_Ack)(nil),
+		(*BatchOperation_Nack)(nil),
+		(*BatchOperation_Extend)(nil),
+		(*BatchOperation_Get)(nil),
+	}
+	file_coordkit_taskpick_v1_taskpick_proto_msgTypes[24].OneofWrappers = []any{
+		(*BatchResult_Put)(nil),
+		(*BatchResult_Ack)(nil),
+		(*BatchResult_Nack)(nil),
+		(*BatchResult_Extend)(nil),
+		(*BatchResult_Get)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_taskpick_v1_taskpick_proto_rawDesc), len(file_coordkit_taskpick_v1_taskpick_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,8 @@ const (
 	TaskPickServiceListDeadProcedure = "/coordkit.taskpick.v1.TaskPickService/ListDead"
 	// TaskPickServiceRequeueProcedure is the fully-qualified name of the TaskPickService's Requeue RPC.
 	TaskPickServiceRequeueProcedure = "/coordkit.taskpick.v1.TaskPickService/Requeue"
+	// TaskPickServiceBatchProcedure is the fully-qualified name of the TaskPickService's Batch RPC.
+	TaskPickServiceBatchProcedure = "/coordkit.taskpick.v1.TaskPickService/Batch"
 )
 
 // TaskPickServiceClient is a client for the coordkit.taskpick.v1.TaskPickService service.
@@ -81,6 +83,15 @@ type TaskPickServiceClient interface {
 	ListDead(context.Context, *v1.ListDeadRequest) (*v1.ListDeadResponse, error)
 	// Requeue makes dead tasks available again with a fresh attempt budget.
 	Requeue(context.Context, *v1.RequeueRequest) (*v1.RequeueResponse, error)
+	// Batch runs many Put, Ack, Nack, Extend and Get operations in one request, all at once,
+	// and answers each with its own result, in order: exactly what the same calls made one by
+	// one would answer, error included. One bad operation fails alone; no operation is ever
+	// half applied. Operations in one batch run concurrently, so two on the same task have no
+	// defined order: send dependent operations in separate batches. Pick (which may wait
+	// server-side) and the admin calls are not batched. The Go SDK sends concurrent calls this
+	// way on its own. Up to 1000 operations; the request itself fails only when it is not a
+	// valid batch.
+	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
 }
 
 // NewTaskPickServiceClient constructs a client for the coordkit.taskpick.v1.TaskPickService
@@ -148,6 +159,12 @@ func NewTaskPickServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(taskPickServiceMethods.ByName("Requeue")),
 			connect.WithClientOptions(opts...),
 		),
+		batch: connect.NewClient[v1.BatchRequest, v1.BatchResponse](
+			httpClient,
+			baseURL+TaskPickServiceBatchProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("Batch")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -162,6 +179,7 @@ type taskPickServiceClient struct {
 	stats    *connect.Client[v1.StatsRequest, v1.StatsResponse]
 	listDead *connect.Client[v1.ListDeadRequest, v1.ListDeadResponse]
 	requeue  *connect.Client[v1.RequeueRequest, v1.RequeueResponse]
+	batch    *connect.Client[v1.BatchRequest, v1.BatchResponse]
 }
 
 // Put calls coordkit.taskpick.v1.TaskPickService.Put.
@@ -245,6 +263,15 @@ func (c *taskPickServiceClient) Requeue(ctx context.Context, req *v1.RequeueRequ
 	return nil, err
 }
 
+// Batch calls coordkit.taskpick.v1.TaskPickService.Batch.
+func (c *taskPickServiceClient) Batch(ctx context.Context, req *v1.BatchRequest) (*v1.BatchResponse, error) {
+	response, err := c.batch.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // TaskPickServiceHandler is an implementation of the coordkit.taskpick.v1.TaskPickService service.
 type TaskPickServiceHandler interface {
 	// Put adds tasks to a pool. It is idempotent by (pool, id): a task whose id is already in
@@ -270,6 +297,15 @@ type TaskPickServiceHandler interface {
 	ListDead(context.Context, *v1.ListDeadRequest) (*v1.ListDeadResponse, error)
 	// Requeue makes dead tasks available again with a fresh attempt budget.
 	Requeue(context.Context, *v1.RequeueRequest) (*v1.RequeueResponse, error)
+	// Batch runs many Put, Ack, Nack, Extend and Get operations in one request, all at once,
+	// and answers each with its own result, in order: exactly what the same calls made one by
+	// one would answer, error included. One bad operation fails alone; no operation is ever
+	// half applied. Operations in one batch run concurrently, so two on the same task have no
+	// defined order: send dependent operations in separate batches. Pick (which may wait
+	// server-side) and the admin calls are not batched. The Go SDK sends concurrent calls this
+	// way on its own. Up to 1000 operations; the request itself fails only when it is not a
+	// valid batch.
+	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
 }
 
 // NewTaskPickServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -333,6 +369,12 @@ func NewTaskPickServiceHandler(svc TaskPickServiceHandler, opts ...connect.Handl
 		connect.WithSchema(taskPickServiceMethods.ByName("Requeue")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskPickServiceBatchHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceBatchProcedure,
+		svc.Batch,
+		connect.WithSchema(taskPickServiceMethods.ByName("Batch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/coordkit.taskpick.v1.TaskPickService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TaskPickServicePutProcedure:
@@ -353,6 +395,8 @@ func NewTaskPickServiceHandler(svc TaskPickServiceHandler, opts ...connect.Handl
 			taskPickServiceListDeadHandler.ServeHTTP(w, r)
 		case TaskPickServiceRequeueProcedure:
 			taskPickServiceRequeueHandler.ServeHTTP(w, r)
+		case TaskPickServiceBatchProcedure:
+			taskPickServiceBatchHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -396,4 +440,8 @@ func (UnimplementedTaskPickServiceHandler) ListDead(context.Context, *v1.ListDea
 
 func (UnimplementedTaskPickServiceHandler) Requeue(context.Context, *v1.RequeueRequest) (*v1.RequeueResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.Requeue is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.Batch is not implemented"))
 }
