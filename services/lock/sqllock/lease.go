@@ -128,13 +128,34 @@ func (b *Backend) inTx(ctx context.Context, key string, m missing, fn func(tx *s
 	}
 }
 
-// tx is one try of inTx.
+// tx is one try of inTx: a transaction of its own, or one in a group (see group.go).
 func (b *Backend) tx(ctx context.Context, key string, m missing, fn func(tx *sql.Tx, r row) (*row, error)) error {
+	if b.group == nil {
+		return b.singleTx(ctx, key, m, fn)
+	}
+	_, err := b.group.Do(ctx, txJob{key: key, m: m, fn: fn})
+	return err
+}
+
+// singleTx runs txBody in a transaction of its own.
+func (b *Backend) singleTx(ctx context.Context, key string, m missing, fn func(tx *sql.Tx, r row) (*row, error)) error {
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return dbError{err}
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	if err := b.txBody(ctx, tx, key, m, fn); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return dbError{err}
+	}
+	return nil
+}
+
+// txBody is a transaction's work on key's row inside tx: it locks the row (inserting it
+// first with missingInsert), runs fn and writes back the row fn returns.
+func (b *Backend) txBody(ctx context.Context, tx *sql.Tx, key string, m missing, fn func(tx *sql.Tx, r row) (*row, error)) error {
 	if m == missingInsert {
 		if _, err := tx.StmtContext(ctx, b.st.insertRow).ExecContext(ctx, b.scope, key, b.placeholderMs()); err != nil {
 			return dbError{err}
@@ -159,9 +180,6 @@ func (b *Backend) tx(ctx context.Context, key string, m missing, fn func(tx *sql
 		if err != nil {
 			return dbError{err}
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return dbError{err}
 	}
 	return nil
 }

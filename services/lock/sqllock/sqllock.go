@@ -85,6 +85,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/batch"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/lock"
 )
@@ -98,7 +99,8 @@ type Backend struct {
 	ownsDB bool
 	o      options
 	st     statements
-	slots  chan struct{} // TryAcquires at once; nil: no bound
+	slots  chan struct{}                     // TryAcquires at once; nil: no bound
+	group  *batch.Coalescer[txJob, struct{}] // group commit (group.go); nil: off
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -151,6 +153,7 @@ func New(ctx context.Context, db *sqldb.DB, scope string, opts ...Option) (*Back
 		opt(&b.o)
 	}
 	b.reserveConns(db.Stats().MaxOpenConnections)
+	b.startGroupCommit()
 	if err := b.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("sqllock: %s schema: %w", d.Name, err)
 	}
