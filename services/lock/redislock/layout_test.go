@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -163,5 +164,19 @@ func TestHoldLimit(t *testing.T) {
 	left, _, err := b.Release(ctx, "deep", "o", 0)
 	if err != nil || left != lock.MaxHoldCount-1 {
 		t.Fatalf("Release = %d, %v; want %d", left, err, uint32(lock.MaxHoldCount-1))
+	}
+}
+
+// TestBackendKeysFollowLayout pins the backend's one-hash key building to the Layout's.
+func TestBackendKeysFollowLayout(t *testing.T) {
+	b := New(nil, "pfx")
+	for _, key := range []string{"k", "order:42", "{braced}", "ключ", ""} {
+		want := append(b.layout.Keys(key), b.layout.LeaseKey(key))
+		if got := b.keys(key); !slices.Equal(got, want) {
+			t.Errorf("keys(%q) = %q, want %q", key, got, want)
+		}
+		if got := b.ownKeys(key); !slices.Equal(got, []string{want[0], want[2]}) {
+			t.Errorf("ownKeys(%q) = %q, want %q", key, got, []string{want[0], want[2]})
+		}
 	}
 }

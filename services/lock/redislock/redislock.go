@@ -48,15 +48,18 @@ func New(rdb redis.Scripter, prefix string) *Backend {
 	return &Backend{rdb: rdb, layout: NewLayout(prefix)}
 }
 
-// keys returns the lock hash, fencing counter and lease keys of key.
+// keys returns the lock hash, fencing counter and lease keys of key: Layout.Keys and
+// Layout.LeaseKey with the key's slot hashed once.
 func (b *Backend) keys(key string) []string {
-	return append(b.layout.Keys(key), b.layout.LeaseKey(key))
+	hash := b.layout.prefix + ":{" + key + "}"
+	tag := slotTag(Slot(hash))
+	return []string{hash, b.layout.prefix + ":fence-bucket:{" + tag + "}", b.layout.prefix + ":lease:{" + tag + "}" + key}
 }
 
 // ownKeys returns the lock hash and lease keys of key.
 func (b *Backend) ownKeys(key string) []string {
-	k := b.keys(key)
-	return []string{k[0], k[2]}
+	hash := b.layout.prefix + ":{" + key + "}"
+	return []string{hash, b.layout.prefix + ":lease:{" + slotTag(Slot(hash)) + "}" + key}
 }
 
 var graceMs = ExpiryGrace.Milliseconds()
