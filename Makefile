@@ -44,7 +44,7 @@ wait-ready:
 
 ## test: start the real dev backends, then lint, check generated code, vet and run every test with -race
 test: backends lint check-generated vet standalone
-	go test -race -count=1 -timeout 10m $(PKGS)
+	go test -race -count=1 -timeout 14m $(PKGS)
 
 ## backends: make sure the real backends the tests use are running (installs them with apt if missing)
 backends:
