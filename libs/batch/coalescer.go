@@ -83,10 +83,12 @@ func New[Req, Res any](send SendFunc[Req, Res], cfg Config) *Coalescer[Req, Res]
 	return &Coalescer[Req, Res]{send: send, maxInFlight: cfg.MaxInFlight, maxBatch: cfg.MaxBatch}
 }
 
-// Do sends req, alone when a sending slot is free and otherwise with the operations queued
-// behind the batches in flight, and returns its own result. When ctx ends first, Do returns
-// its cause at once: an operation still queued is never sent, and one already sent may
-// have been applied, exactly like a single call whose answer was lost.
+// Do sends req, alone when a sending slot is free and no other call is made at the same
+// moment (then on the caller's goroutine, with ctx itself, exactly as a single call), and
+// otherwise with the operations queued behind the batches in flight; it returns req's own
+// result. When ctx ends first, Do returns its cause at once: an operation still queued is
+// never sent, and one already sent may have been applied, exactly like a single call whose
+// answer was lost.
 func (c *Coalescer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	var zero Res
 	if ctx.Err() != nil {
@@ -95,14 +97,60 @@ func (c *Coalescer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	cl := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
 	c.mu.Lock()
 	c.pending = append(c.pending, cl)
-	start := c.inFlight < c.maxInFlight
-	if start {
-		c.inFlight++
+	if c.inFlight >= c.maxInFlight {
+		c.mu.Unlock()
+		return c.wait(ctx, cl)
+	}
+	c.inFlight++
+	c.mu.Unlock()
+	// Let every goroutine that is ready to run go first, so calls made at this same moment
+	// (the operations of one request, the callers one answer woke) queue behind this one
+	// and leave with it; on an idle process this returns at once.
+	runtime.Gosched()
+	c.mu.Lock()
+	if len(c.pending) == 1 && c.pending[0] == cl {
+		// Alone: sent on the caller's own goroutine with the caller's own context, as a
+		// single call would be.
+		c.pending = c.pending[:0]
+		c.mu.Unlock()
+		v, err := c.sendOne(ctx, req)
+		c.releaseSlot()
+		return v, err
 	}
 	c.mu.Unlock()
-	if start {
-		go c.run()
+	go c.run()
+	return c.wait(ctx, cl)
+}
+
+// sendOne sends one operation as a batch of its own and returns its result.
+func (c *Coalescer[Req, Res]) sendOne(ctx context.Context, req Req) (Res, error) {
+	var zero Res
+	results, err := c.send(ctx, []Req{req})
+	switch {
+	case err != nil:
+		return zero, err
+	case len(results) != 1:
+		return zero, fmt.Errorf("%w: 1 operation, %d results", ErrShortAnswer, len(results))
 	}
+	return results[0].Value, results[0].Err
+}
+
+// releaseSlot gives back a sending slot, or hands it to a new run when calls queued
+// meanwhile.
+func (c *Coalescer[Req, Res]) releaseSlot() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) == 0 {
+		c.inFlight--
+		return
+	}
+	go c.run()
+}
+
+// wait waits for cl's result or for its context to end: a call still queued then leaves
+// the queue and is never sent; one already sent is left to its batch.
+func (c *Coalescer[Req, Res]) wait(ctx context.Context, cl *call[Req, Res]) (Res, error) {
+	var zero Res
 	select {
 	case <-cl.done:
 		return cl.res.Value, cl.res.Err
@@ -139,9 +187,7 @@ func (c *Coalescer[Req, Res]) takeLocked() ([]*call[Req, Res], *flight) {
 
 // run holds a sending slot: it sends whatever is queued, batch after batch, until the
 // queue is empty and the slot is given back. It first lets every goroutine that is ready to
-// run go ahead, so calls made at the same moment (the operations of one request, the
-// callers one answer woke) leave together instead of the first alone; on an idle process
-// that costs nothing.
+// run go ahead, so calls made at the same moment leave together instead of the first alone.
 func (c *Coalescer[Req, Res]) run() {
 	runtime.Gosched()
 	for {

@@ -106,13 +106,16 @@ func (b *batchCalls[Op, Res]) sendBatch(ctx context.Context, ops []Op) ([]batch.
 	return out, nil
 }
 
-// sendEach sends every operation as its own unary call, at once.
+// sendEach sends every operation as its own unary call, at once; the last (a lone
+// operation's only one) on the calling goroutine.
 func (b *batchCalls[Op, Res]) sendEach(ctx context.Context, ops []Op) []batch.Result[Res] {
 	out := make([]batch.Result[Res], len(ops))
 	var wg sync.WaitGroup
-	for i, op := range ops {
+	for i, op := range ops[:len(ops)-1] {
 		wg.Go(func() { out[i].Value, out[i].Err = b.unary(ctx, op) })
 	}
+	last := len(ops) - 1
+	out[last].Value, out[last].Err = b.unary(ctx, ops[last])
 	wg.Wait()
 	return out
 }
