@@ -29,9 +29,11 @@ type Result[Res any] struct {
 
 // SendFunc sends reqs as one batch and answers each in order. A non-nil error fails every
 // operation of the batch with it (the batch did not reach its destination, or its answer did
-// not come back); otherwise it returns exactly len(reqs) results. ctx carries the values of
-// the first caller's context, ends when every caller of the batch has given up, and has the
-// latest of their deadlines (none when any of them has none).
+// not come back); otherwise it returns exactly len(reqs) results. For a batch of several
+// calls, ctx carries none of their contexts' values (one caller's values, such as per-call
+// headers, must not travel with another's operation), ends when every caller of the batch
+// has given up, and has the latest of their deadlines (none when any of them has none); a
+// call sent alone is sent with its caller's own context.
 type SendFunc[Req, Res any] func(ctx context.Context, reqs []Req) ([]Result[Res], error)
 
 // Config tunes a Coalescer.
@@ -224,9 +226,8 @@ func (c *Coalescer[Req, Res]) sendBatch(batch []*call[Req, Res], f *flight) {
 	}
 }
 
-// newFlight marks batch as sent (c.mu is held) with the context it goes out with: the
-// first caller's values, the latest of the callers' deadlines, canceled once all have given
-// up.
+// newFlight marks batch as sent (c.mu is held) with the context it goes out with: no
+// caller's values, the latest of the callers' deadlines, canceled once all have given up.
 func newFlight[Req, Res any](batch []*call[Req, Res]) *flight {
 	var latest time.Time
 	bounded := true
@@ -241,7 +242,7 @@ func newFlight[Req, Res any](batch []*call[Req, Res]) *flight {
 		}
 	}
 	f := &flight{waiting: len(batch)}
-	base := context.WithoutCancel(batch[0].ctx)
+	base := context.Background()
 	if bounded {
 		f.ctx, f.cancel = context.WithDeadline(base, latest)
 	} else {

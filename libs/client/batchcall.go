@@ -30,6 +30,8 @@ type batchCalls[Op proto.Message, Res any] struct {
 	// unary sends op as its own call and wraps the answer as a batch result.
 	unary     func(ctx context.Context, op Op) (Res, error)
 	unbatched atomic.Bool
+	// lone sends a lone operation as a Batch of one too (WithLoneBatches).
+	lone bool
 }
 
 // newBatchCalls returns the calls of one service; maxInFlight is how many requests may be in
@@ -55,7 +57,7 @@ func (b *batchCalls[Op, Res]) do(ctx context.Context, op Op) (Res, error) {
 // send sends one operation as its own call, several as Batch calls of at most batchBytes
 // each, at once.
 func (b *batchCalls[Op, Res]) send(ctx context.Context, ops []Op) ([]batch.Result[Res], error) {
-	if len(ops) == 1 || b.unbatched.Load() {
+	if (len(ops) == 1 && !b.lone) || b.unbatched.Load() {
 		return b.sendEach(ctx, ops), nil
 	}
 	parts := splitBatch(ops)
@@ -93,6 +95,12 @@ func (b *batchCalls[Op, Res]) sendBatch(ctx context.Context, ops []Op) ([]batch.
 		b.unbatched.Store(true)
 		return b.sendEach(ctx, ops), nil
 	}
+	if notSent(err) {
+		// Nothing of the batch ran (one operation could not be encoded, or the service
+		// refused the request as a whole): each operation goes out alone, so only the one
+		// at fault fails, as it would have without batching.
+		return b.sendEach(ctx, ops), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +128,22 @@ func (b *batchCalls[Op, Res]) sendEach(ctx context.Context, ops []Op) []batch.Re
 	return out
 }
 
+// notSent says whether a failed Batch call is sure to have run none of its operations: the
+// request could not be encoded (an error of this process, not the wire), or the service
+// refused it before reading its operations (too large: resource_exhausted; not a valid
+// batch: invalid_argument; a service answers every operation's own error inside the
+// response, never as the call's). A call that failed any other way may have run some.
+func notSent(err error) bool {
+	if err == nil {
+		return false
+	}
+	code := connect.CodeOf(err)
+	if !connect.IsWireError(err) {
+		return code == connect.CodeInternal
+	}
+	return code == connect.CodeResourceExhausted || code == connect.CodeInvalidArgument
+}
+
 // span is the operations [start, end) of a batch.
 type span struct{ start, end int }
 
@@ -142,17 +166,23 @@ func splitBatch[Op proto.Message](ops []Op) []span {
 
 // callError is the error a call that did not get its own answer returns, as a Connect error
 // the way the unary client would return it: the caller's context ending is canceled or
-// deadline_exceeded, a broken answer internal; errors of the request itself already are
-// Connect errors.
+// deadline_exceeded (decided by ctx.Err(), also when the context has a cause of its own,
+// which the error then wraps too), a broken answer internal; errors of the request itself
+// already are Connect errors.
 func callError(ctx context.Context, err error) error {
 	var ce *connect.Error
 	switch {
 	case errors.As(err, &ce):
 		return err
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
-	case ctx.Err() != nil:
-		return connect.NewError(connect.CodeCanceled, err)
+	case ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx))):
+		code := connect.CodeCanceled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = connect.CodeDeadlineExceeded
+		}
+		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+			return connect.NewError(code, fmt.Errorf("%w: %w", ctx.Err(), cause))
+		}
+		return connect.NewError(code, ctx.Err())
 	case errors.Is(err, batch.ErrShortAnswer):
 		return connect.NewError(connect.CodeInternal, err)
 	}

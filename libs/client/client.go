@@ -26,14 +26,17 @@ import (
 
 // Client calls coordkit services at one base URL. It is safe for concurrent use.
 type Client struct {
-	locks   lockv1connect.LockServiceClient
-	tasks   taskpickv1connect.TaskPickServiceClient
-	ids     *IDs
-	backend string
+	locks lockv1connect.LockServiceClient
+	// rawLocks is the lock API without batching, for the watchdog's retries.
+	rawLocks lockv1connect.LockServiceClient
+	tasks    taskpickv1connect.TaskPickServiceClient
+	ids      *IDs
+	backend  string
 }
 
 type options struct {
 	batching   int
+	loneBatch  bool
 	httpClient connect.HTTPClient
 	tlsConfig  *tls.Config
 	token      string
@@ -76,6 +79,12 @@ const DefaultBatching = 2
 // would. 0 turns batching off: every call is its own request. Default DefaultBatching.
 func WithBatching(maxInFlight int) Option { return func(o *options) { o.batching = maxInFlight } }
 
+// WithLoneBatches makes a batching client send even a lone call as a Batch of one
+// operation instead of its own unary call. Nothing needs it for speed; it is for checking
+// that a service's Batch answers every operation exactly as its single call does (the lock
+// conformance suite runs this way), and for a proxy in between that forwards only Batch.
+func WithLoneBatches() Option { return func(o *options) { o.loneBatch = true } }
+
 // WithConnectOptions passes options to the generated Connect clients, for example
 // connect.WithGRPC() or an interceptor of one's own.
 func WithConnectOptions(opts ...connect.ClientOption) Option {
@@ -87,17 +96,23 @@ func WithConnectOptions(opts ...connect.ClientOption) Option {
 func New(baseURL string, opts ...Option) *Client {
 	o := newOptions(opts)
 	httpClient, connectOpts := o.transport()
-	var locks lockv1connect.LockServiceClient = lockv1connect.NewLockServiceClient(httpClient, baseURL, connectOpts...)
+	rawLocks := lockv1connect.NewLockServiceClient(httpClient, baseURL, connectOpts...)
+	var locks lockv1connect.LockServiceClient = rawLocks
 	var tasks taskpickv1connect.TaskPickServiceClient = taskpickv1connect.NewTaskPickServiceClient(httpClient, baseURL, connectOpts...)
 	if o.batching > 0 {
-		locks = newBatchingLocks(locks, o.batching)
-		tasks = newBatchingTasks(tasks, o.batching)
+		bl := newBatchingLocks(locks, o.batching)
+		bl.calls.lone = o.loneBatch
+		locks = bl
+		bt := newBatchingTasks(tasks, o.batching)
+		bt.calls.lone = o.loneBatch
+		tasks = bt
 	}
 	return &Client{
-		locks:   locks,
-		tasks:   tasks,
-		ids:     newIDs(idgenv1connect.NewIdServiceClient(httpClient, baseURL, connectOpts...), o.idBlock, o.idMaxBlock),
-		backend: o.backend,
+		locks:    locks,
+		rawLocks: rawLocks,
+		tasks:    tasks,
+		ids:      newIDs(idgenv1connect.NewIdServiceClient(httpClient, baseURL, connectOpts...), o.idBlock, o.idMaxBlock),
+		backend:  o.backend,
 	}
 }
 

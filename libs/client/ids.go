@@ -101,7 +101,12 @@ func (c *Client) IDService() idgenv1connect.IdServiceClient { return c.ids.svc }
 // and is empty for the other modes. Numeric IDs come as decimal strings, as the service
 // sends them.
 func (x *IDs) Next(ctx context.Context, mode idgenv1.Mode, tag string) (string, error) {
-	return x.buffer(mode, tag).one(ctx)
+	b := x.buffer(mode, tag)
+	id, err := b.one(ctx)
+	if err != nil {
+		x.forget(b)
+	}
+	return id, err
 }
 
 // NextN returns n IDs of mode, in the order Next would have returned them one by one: a
@@ -111,7 +116,24 @@ func (x *IDs) NextN(ctx context.Context, mode idgenv1.Mode, tag string, n int) (
 	if n <= 0 {
 		return nil, nil
 	}
-	return x.buffer(mode, tag).many(ctx, n)
+	b := x.buffer(mode, tag)
+	ids, err := b.many(ctx, n)
+	if err != nil {
+		x.forget(b)
+	}
+	return ids, err
+}
+
+// forget drops b after a failed call when it holds nothing and fetches nothing: a tag that
+// does not exist (or a mode the service lacks) leaves no buffer behind, so asking for many
+// such tags does not grow the client.
+func (x *IDs) forget(b *idBuffer) {
+	b.mu.Lock()
+	empty := b.cur.left == 0 && b.next.left == 0 && b.fetching == nil
+	b.mu.Unlock()
+	if empty {
+		x.buffers.CompareAndDelete(b.key, b)
+	}
 }
 
 // buffer returns the buffer of (mode, tag), creating it on first use.

@@ -28,7 +28,7 @@ var _ taskpickv1connect.TaskPickServiceClient = (*batchingTasks)(nil)
 
 // newBatchingTasks wraps raw; maxInFlight is how many requests may be in flight before
 // calls start to queue into batches.
-func newBatchingTasks(raw taskpickv1connect.TaskPickServiceClient, maxInFlight int) taskpickv1connect.TaskPickServiceClient {
+func newBatchingTasks(raw taskpickv1connect.TaskPickServiceClient, maxInFlight int) *batchingTasks {
 	b := &batchingTasks{TaskPickServiceClient: raw}
 	b.calls = newBatchCalls(maxInFlight, taskBatchLimit, b.batch, b.unary)
 	return b

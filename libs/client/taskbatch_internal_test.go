@@ -56,7 +56,7 @@ func serveScripted(t *testing.T, s *scriptedTasks) *batchingTasks {
 	mux.Handle(taskpickv1connect.NewTaskPickServiceHandler(s))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return newBatchingTasks(taskpickv1connect.NewTaskPickServiceClient(srv.Client(), srv.URL), 1).(*batchingTasks)
+	return newBatchingTasks(taskpickv1connect.NewTaskPickServiceClient(srv.Client(), srv.URL), 1)
 }
 
 // ackAll acks n tasks from n goroutines at once and returns their errors.
@@ -139,9 +139,6 @@ func TestBatchingTasksBrokenAnswers(t *testing.T) {
 			}
 			return &taskpickv1.BatchResponse{Results: res}, nil
 		}, connect.CodeUnknown, "boom"},
-		{"batch refused", func(*taskpickv1.BatchRequest) (*taskpickv1.BatchResponse, error) {
-			return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("too big"))
-		}, connect.CodeResourceExhausted, "too big"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,6 +160,25 @@ func TestBatchingTasksBrokenAnswers(t *testing.T) {
 				t.Errorf("no ack went out in a batch (%d Batch calls)", s.batches)
 			}
 		})
+	}
+}
+
+// TestBatchingTasksRefusedBatchGoesAlone: a Batch the service refuses as a whole before
+// running any of it (resource_exhausted: too large) is sent again one operation at a time,
+// so every ack is applied, as it would have been without batching.
+func TestBatchingTasksRefusedBatchGoesAlone(t *testing.T) {
+	t.Parallel()
+	s := &scriptedTasks{batch: func(*taskpickv1.BatchRequest) (*taskpickv1.BatchResponse, error) {
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("too big"))
+	}}
+	c := serveScripted(t, s)
+	for _, err := range ackAll(c, 32) {
+		if err != nil {
+			t.Errorf("ack after a refused batch: %v", err)
+		}
+	}
+	if s.batches == 0 {
+		t.Error("no Batch was tried")
 	}
 }
 

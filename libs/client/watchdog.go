@@ -128,7 +128,7 @@ func (l *Lock) renew() bool {
 		case <-tick.C:
 			if inFlight < maxTries {
 				inFlight++
-				go l.try(ctx, answers)
+				go l.try(ctx, answers, inFlight > 1)
 			}
 			tick.Reset(jitter(backoff))
 			backoff = min(2*backoff, maxBackoff(l.ttl))
@@ -148,9 +148,15 @@ func (l *Lock) renew() bool {
 }
 
 // try makes one Renew call. The SDK always sends its ttl, so the lease keeps the length the
-// caller asked for whatever the service's default.
-func (l *Lock) try(ctx context.Context, out chan<- renewal) {
-	res, err := l.c.locks.Renew(ctx, &lockv1.RenewRequest{
+// caller asked for whatever the service's default. A try made while an earlier one is still
+// out goes around the client's batching (alone, on a connection of its own), so that calls
+// of others that hang with every batching slot cannot hold up the renewal too.
+func (l *Lock) try(ctx context.Context, out chan<- renewal, alone bool) {
+	locks := l.c.locks
+	if alone {
+		locks = l.c.rawLocks
+	}
+	res, err := locks.Renew(ctx, &lockv1.RenewRequest{
 		Key: l.Key(), Backend: l.Backend(), Owner: l.Owner(), Ttl: durationpb.New(l.ttl),
 	})
 	out <- renewal{res: res, err: err}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 
@@ -26,16 +27,36 @@ func CheckBatch(field string, n int) error {
 
 // RunBatch runs op(i) for every i in [0, n) at once, the last on the calling goroutine, and
 // returns when all have returned. Running them together is what lets a backend that
-// pipelines concurrent calls (Redis autopipelining) pay one round trip for the batch.
-func RunBatch(n int, op func(i int)) {
+// pipelines concurrent calls pay one round trip for the batch. A panic in one operation is
+// recovered and handed to recovered with its index, so it fails that operation alone (as a
+// panic in a single call is answered internal) instead of the whole process or batch.
+func RunBatch(n int, op func(i int), recovered func(i int, p any)) {
+	run := func(i int) {
+		defer func() {
+			if p := recover(); p != nil {
+				recovered(i, p)
+			}
+		}()
+		op(i)
+	}
 	var wg sync.WaitGroup
 	for i := range n - 1 {
-		wg.Go(func() { op(i) })
+		wg.Go(func() { run(i) })
 	}
 	if n > 0 {
-		op(n - 1)
+		run(n - 1)
 	}
 	wg.Wait()
+}
+
+// ErrPanic is the error of a batched operation that panicked: answered internal, as the
+// server answers a single call that panics.
+var ErrPanic = connect.NewError(connect.CodeInternal, errors.New("internal error"))
+
+// LogPanic logs a recovered panic of a batched operation the way the server logs one of a
+// single call.
+func LogPanic(ctx context.Context, log *slog.Logger, service string, p any) {
+	log.ErrorContext(ctx, "panic in batched operation", "service", service, "panic", fmt.Sprint(p))
 }
 
 // OperationError is the Connect code and message an operation's error reaches its caller

@@ -18,7 +18,11 @@ func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.
 	}
 	results := make([]*lockv1.BatchResult, len(ops))
 	failures := make([]error, len(ops))
-	server.RunBatch(len(ops), func(i int) { results[i], failures[i] = s.runOperation(ctx, ops[i]) })
+	server.RunBatch(len(ops), func(i int) { results[i], failures[i] = s.runOperation(ctx, ops[i]) }, func(i int, p any) {
+		server.LogPanic(ctx, s.log, "lock", p)
+		code, msg := server.OperationError(ctx, server.ErrPanic)
+		results[i] = &lockv1.BatchResult{Error: &lockv1.BatchError{Code: code.String(), Message: msg}}
+	})
 	server.LogBatchFailures(ctx, s.log, "lock", failures)
 	return &lockv1.BatchResponse{Results: results}, nil
 }

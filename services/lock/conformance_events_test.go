@@ -23,7 +23,7 @@ func eventPair(t *testing.T, bc backendCase) (a, b *instance, natsURL string) {
 	open := bc.store(t)
 	busA, busB := busPair(t)
 	a, b = startInstanceWith(t, bc.name, open(t), busA), startInstanceWith(t, bc.name, open(t), busB)
-	a.client, b.client = client.New(a.url, bc.clientOptions()...), client.New(b.url, bc.clientOptions()...)
+	a.client, b.client = bc.connectClient(a.url), bc.connectClient(b.url)
 	return a, b, busA.ClientURL()
 }
 

@@ -50,8 +50,16 @@ var behaviours = []struct {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
+	t.Cleanup(func() { // after every row: the batched transport must have sent batches
+		if n := batchedTransport.batches.Load(); n == 0 && !t.Failed() && !testing.Short() {
+			t.Error("the batched transport sent no Batch request: its rows ran as unary calls")
+		} else {
+			t.Logf("the batched transport sent %d Batch requests", n)
+		}
+	})
 	for _, bc := range backends {
 		for _, tr := range transports {
+			bc := bc // each transport's rows keep their own copy: they run after this loop
 			bc.unary = tr.unary
 			for _, b := range behaviours {
 				t.Run(bc.name+"/"+tr.name+"/"+b.name, func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +46,38 @@ func (bc backendCase) clientOptions() []client.Option {
 		return []client.Option{client.WithBatching(0)}
 	}
 	return nil
+}
+
+// connectClient is a client of bc's transport over the Connect protocol. A batched one sends
+// every call that can be batched through the Batch RPC, a lone one as a Batch of one
+// (WithLoneBatches), through batchedTransport, which holds every request a moment so that
+// calls made meanwhile queue and leave together as one Batch.
+func (bc backendCase) connectClient(url string) *client.Client {
+	if bc.unary {
+		return client.New(url, client.WithBatching(0))
+	}
+	return client.New(url, client.WithHTTPClient(&http.Client{Transport: batchedTransport}), client.WithLoneBatches())
+}
+
+// batchedTransport is the HTTP transport of the batched conformance clients; it counts the
+// Batch requests they send, and TestConformance checks there were some.
+var batchedTransport = &countingTransport{base: client.DefaultHTTPClient().Transport, hold: time.Millisecond}
+
+// countingTransport holds every request for hold before sending it and counts the Batch
+// requests.
+type countingTransport struct {
+	base    http.RoundTripper
+	hold    time.Duration
+	batches atomic.Int64
+}
+
+// RoundTrip implements http.RoundTripper.
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/Batch") {
+		c.batches.Add(1)
+	}
+	time.Sleep(c.hold)
+	return c.base.RoundTrip(r)
 }
 
 var backends = []backendCase{
@@ -115,7 +149,7 @@ func pair(t *testing.T, bc backendCase) (*client.Client, *client.Client) {
 	busA, busB := busPair(t)
 	a := startInstanceWith(t, bc.name, open(t), busA)
 	b := startInstanceWith(t, bc.name, open(t), busB)
-	return client.New(a.url, bc.clientOptions()...), grpcClient(b.url, bc.clientOptions()...)
+	return bc.connectClient(a.url), grpcClient(b.url, bc.clientOptions()...)
 }
 
 // busPair returns the event buses of two instances: the first runs an embedded NATS server

@@ -18,7 +18,11 @@ func (s *Service) Batch(ctx context.Context, req *taskpickv1.BatchRequest) (*tas
 	}
 	results := make([]*taskpickv1.BatchResult, len(ops))
 	failures := make([]error, len(ops))
-	server.RunBatch(len(ops), func(i int) { results[i], failures[i] = s.runOperation(ctx, ops[i]) })
+	server.RunBatch(len(ops), func(i int) { results[i], failures[i] = s.runOperation(ctx, ops[i]) }, func(i int, p any) {
+		server.LogPanic(ctx, s.log, "taskpick", p)
+		code, msg := server.OperationError(ctx, server.ErrPanic)
+		results[i] = &taskpickv1.BatchResult{Error: &taskpickv1.BatchError{Code: code.String(), Message: msg}}
+	})
 	server.LogBatchFailures(ctx, s.log, "taskpick", failures)
 	return &taskpickv1.BatchResponse{Results: results}, nil
 }

@@ -133,7 +133,10 @@ func (b *Backend) tx(ctx context.Context, key string, m missing, fn func(tx *sql
 	if b.group == nil {
 		return b.singleTx(ctx, key, m, fn)
 	}
-	_, err := b.group.Do(ctx, txJob{key: key, m: m, fn: fn})
+	// Without the caller's cancellation: fn writes the caller's variables, so the caller
+	// must not return while the group may still run it. A grouped transaction runs to its
+	// end like one already sent to the database; the wait is one group at most.
+	_, err := b.group.Do(context.WithoutCancel(ctx), txJob{key: key, m: m, fn: fn})
 	return err
 }
 

@@ -1,0 +1,75 @@
+package lock_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/coordkit/coordkit/libs/client"
+	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// panicky is a backend whose Inspect panics: a stand-in for any bug in an engine or driver.
+type panicky struct{ lock.Backend }
+
+func (panicky) Inspect(context.Context, string) (lock.State, error) { panic("engine bug") }
+
+// TestPanicInBatch: the server recovers a panic in a single call (internal error, the
+// process lives on: connect.WithRecover in libs/server), and so it must in a batched
+// operation, which RunBatch runs on a goroutine of its own: the panicking operations fail
+// alone, with internal, and the process lives on. The server runs in a child process, so a
+// panic that escapes fails this test instead of killing the suite.
+func TestPanicInBatch(t *testing.T) {
+	if os.Getenv("COORDKIT_TEST_PANIC_CHILD") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPanicInBatch$", "-test.v")
+		cmd.Env = append(os.Environ(), "COORDKIT_TEST_PANIC_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		t.Logf("child: %v\n%s", err, tail(out, 1500))
+		if err != nil {
+			t.Errorf("the server process died: %v", err)
+		}
+		return
+	}
+	inst := serveLock(t, lock.Config{
+		Backends: map[string]lock.Backend{"sqlite": panicky{sqliteStore(t)(t)}},
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	raw := client.New(inst.url, client.WithBatching(0)).Locks()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := raw.Inspect(ctx, &lockv1.InspectRequest{Key: "k"})
+	wantCode(t, err, connect.CodeInternal)
+	inspect := &lockv1.BatchOperation{Operation: &lockv1.BatchOperation_Inspect{Inspect: &lockv1.InspectRequest{Key: "k"}}}
+	acquire := acquireOp(&lockv1.AcquireRequest{Key: "fine"})
+	res, err := raw.Batch(ctx, &lockv1.BatchRequest{Operations: []*lockv1.BatchOperation{inspect, acquire, inspect}})
+	if err != nil {
+		t.Fatalf("batch failed as a whole: %v", err)
+	}
+	for i, r := range res.GetResults() {
+		if i == 1 {
+			if !r.GetAcquire().GetAcquired() {
+				t.Errorf("the acquire next to the panics: %v", r)
+			}
+			continue
+		}
+		if r.GetError().GetCode() != connect.CodeInternal.String() {
+			t.Errorf("operation %d: %v, want internal", i, r)
+		}
+	}
+	if _, err := raw.Inspect(ctx, &lockv1.InspectRequest{Key: "k"}); connect.CodeOf(err) != connect.CodeInternal {
+		t.Errorf("after the batch: %v, want the server to answer (internal)", err)
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
