@@ -65,8 +65,8 @@ func occupy(c *client.Client) {
 }
 
 // TestPoisonedBatch: a caller whose request cannot be marshalled (invalid UTF-8 in a
-// proto3 string) fails, alone, client-side with the unary call. Batched, it fails the whole
-// Batch request: an innocent caller's TryLock, queued at the same moment, fails too.
+// proto3 string) fails alone, batched as unary: a Batch that could not be encoded is resent
+// one operation at a time, so an innocent TryLock queued with it succeeds.
 func TestPoisonedBatch(t *testing.T) {
 	t.Parallel()
 	inst := startInstance(t, "sqlite", sqliteStore(t)(t))
@@ -90,8 +90,8 @@ func TestPoisonedBatch(t *testing.T) {
 	}
 }
 
-// TestOversizedNeighbour: one caller's request over the server's 1 MiB limit fails
-// alone as a unary call (resource_exhausted); batched, it takes its neighbours down with it.
+// TestOversizedNeighbour: one caller's request over the server's 1 MiB limit fails alone
+// (resource_exhausted), batched as unary: its neighbours queued with it succeed.
 func TestOversizedNeighbour(t *testing.T) {
 	t.Parallel()
 	inst := startInstance(t, "sqlite", sqliteStore(t)(t))
@@ -115,17 +115,19 @@ func TestOversizedNeighbour(t *testing.T) {
 	}
 }
 
-// TestHeadOfLineWatchdog: two calls without a deadline hang on a stuck connection
-// (here: the transport never answers Inspect). Unary, nothing else is affected. Batched,
-// they hold both sending slots forever and every other call queues behind them: the
-// watchdog of a healthy lock cannot renew and the lease is declared lost.
+// TestHeadOfLineWatchdog: two calls without a deadline hang on a stuck connection (the
+// transport never answers them) and so hold both of a batching client's sending slots; the
+// watchdog of a healthy lock on the same client must still renew it (its retries go around
+// the batching), as it does on an unbatched client.
 func TestHeadOfLineWatchdog(t *testing.T) {
 	t.Parallel()
 	inst := startInstance(t, "sqlite", sqliteStore(t)(t))
 	for _, batching := range []int{0, client.DefaultBatching} {
 		rt := &delayRT{base: http.DefaultTransport, hang: "elsewhere"}
 		c := client.New(inst.url, client.WithHTTPClient(&http.Client{Transport: rt}), client.WithBatching(batching))
-		l, err := c.Lock(context.Background(), "hol-"+string(rune('0'+batching)), client.WithTTL(time.Second))
+		// A 3s lease renews every second; its retries have two seconds less the margin,
+		// room for a loaded machine.
+		l, err := c.Lock(context.Background(), "hol-"+string(rune('0'+batching)), client.WithTTL(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +139,7 @@ func TestHeadOfLineWatchdog(t *testing.T) {
 		select {
 		case <-l.Lost():
 			t.Errorf("batching=%d: a healthy lease was lost while two unrelated calls hung: %v", batching, l.Err())
-		case <-time.After(3 * time.Second):
+		case <-time.After(7 * time.Second): // several renewals
 		}
 		stop()
 		l.Unlock(context.Background())
@@ -189,10 +191,10 @@ func (noBatch) Batch(context.Context, *lockv1.BatchRequest) (*lockv1.BatchRespon
 	return nil, connect.NewError(connect.CodeUnimplemented, nil)
 }
 
-// TestCallInfoRaceFallback: against a service without Batch, the fallback sends the
-// queued calls at once, every one with the flight's context, which carries the first
-// caller's CallInfo: several HTTP calls then write the same CallInfo's response headers
-// concurrently (run with -race).
+// TestCallInfoRaceFallback: against a service without Batch, the fallback sends queued
+// calls at once as unary calls; none may share another caller's CallInfo (connect's
+// per-call headers), which several HTTP calls would then write concurrently: -race fails
+// this test if they do.
 func TestCallInfoRaceFallback(t *testing.T) {
 	t.Parallel()
 	svc, err := lock.NewService(lock.Config{Backends: map[string]lock.Backend{"sqlite": sqliteStore(t)(t)}})
@@ -262,9 +264,7 @@ func TestJSONBatchEdges(t *testing.T) {
 var _ = durationpb.New
 
 // TestTimeoutCause: a call whose context has a deadline with a cause of its own
-// (context.WithTimeoutCause) and runs out: unary, connect answers deadline_exceeded; through
-// the coalescer, Do returns context.Cause(ctx) and callError, which looks only at the cause,
-// answers canceled.
+// (context.WithTimeoutCause) and runs out answers deadline_exceeded, batched as unary.
 func TestTimeoutCause(t *testing.T) {
 	t.Parallel()
 	inst := startInstance(t, "sqlite", sqliteStore(t)(t))
