@@ -151,6 +151,9 @@ func (b *Bus) ClientURL() string {
 // while NATS is unreachable the message is buffered (up to the client's reconnect buffer)
 // and sent when it is back, else dropped with an error.
 func (b *Bus) Publish(subject string, m proto.Message) error {
+	if !b.Wanted(subject) {
+		return nil
+	}
 	data, err := protojson.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("event: encode %s: %w", subject, err)
@@ -159,13 +162,27 @@ func (b *Bus) Publish(subject string, m proto.Message) error {
 }
 
 // PublishJSON sends data, a message already in its protobuf JSON form, on subject: Publish
-// for the hot paths that encode their events without reflection.
+// for the hot paths that encode their events without reflection (and ask Wanted before
+// they encode).
 func (b *Bus) PublishJSON(subject string, data []byte) error {
+	if !b.Wanted(subject) {
+		return nil
+	}
 	if err := b.nc.Publish(subject, data); err != nil {
 		b.metrics.publishFailures.Inc()
 		return fmt.Errorf("event: publish %s: %w", subject, err)
 	}
 	return nil
+}
+
+// Wanted says whether a message on subject can reach anyone. It is false only on the
+// embedded server when no subscription, of this process or of an outside client, matches
+// subject: the server would drop the message, so Publish skips the work of encoding and
+// sending it. An outside NATS's subscribers cannot be seen from here, so there it is always
+// true. A subscription counts once the server has it: after Flush, or a moment after
+// Subscribe.
+func (b *Bus) Wanted(subject string) bool {
+	return b.embedded == nil || b.embedded.GlobalAccount().SubscriptionInterest(subject)
 }
 
 // Subscribe calls fn for every message on subject (wildcards allowed), one at a time in the
@@ -183,6 +200,19 @@ func (b *Bus) Subscribe(subject string, fn func(subject string, data []byte)) (u
 		return nil, fmt.Errorf("event: subscribe %s: %w", subject, err)
 	}
 	return sub.Unsubscribe, nil
+}
+
+// SubscribeOthers is Subscribe for what other connections publish, for a subscriber that
+// already handles what its own process publishes without NATS (the lock service wakes its
+// own waiters directly). On the embedded server with no Listen address, no other
+// connection exists: it subscribes to nothing, so the process's own events are neither
+// delivered back to it nor, when nothing else listens, published at all (see Wanted).
+// Elsewhere it is Subscribe, and fn also sees this process's own messages.
+func (b *Bus) SubscribeOthers(subject string, fn func(subject string, data []byte)) (unsubscribe func() error, err error) {
+	if b.embedded != nil && b.embedded.Addr() == nil {
+		return func() error { return nil }, nil
+	}
+	return b.Subscribe(subject, fn)
 }
 
 // Flush waits until the server has processed everything published so far (or ctx ends, or

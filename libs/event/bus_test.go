@@ -140,3 +140,83 @@ func TestReconnect(t *testing.T) {
 		t.Fatal("the bus did not connect within 15s of its server starting")
 	}
 }
+
+// TestWanted: on the embedded server a subject is wanted only while a subscription, of this
+// process or an outside client, matches it, and Publish of an unwanted one is a quiet
+// no-op; an outside NATS's subscribers cannot be seen, so there everything is wanted.
+func TestWanted(t *testing.T) {
+	t.Parallel()
+	b := open(t, event.Config{Listen: "127.0.0.1:0"})
+	if b.Wanted("w.1") {
+		t.Fatal("Wanted with no subscription at all")
+	}
+	if err := b.Publish("w.1", &lockv1.LockEvent{Key: "dropped"}); err != nil {
+		t.Fatalf("Publish of an unwanted subject: %v", err)
+	}
+	ch := receive(t, b, "w.*")
+	if !b.Wanted("w.1") || b.Wanted("other.1") {
+		t.Fatalf("after subscribing to w.*: Wanted(w.1)=%v, Wanted(other.1)=%v; want true, false", b.Wanted("w.1"), b.Wanted("other.1"))
+	}
+	ev := &lockv1.LockEvent{Key: "k"}
+	if err := b.Publish("w.1", ev); err != nil {
+		t.Fatal(err)
+	}
+	wantEvent(t, ch, ev) // the dropped one never arrives first
+
+	outside := open(t, event.Config{URL: b.ClientURL()})
+	receive(t, outside, "o.>")
+	if !b.Wanted("o.x.y") {
+		t.Fatal("a subject an outside client subscribed to is not wanted")
+	}
+	if !outside.Wanted("nobody.listens") {
+		t.Fatal("Wanted is false on an outside NATS, whose subscribers it cannot see")
+	}
+}
+
+// TestSubscribeOthers: an embedded server with no Listen address has no other connection,
+// so SubscribeOthers delivers nothing (and leaves the subject unwanted); with Listen it is
+// Subscribe: an outside client's message arrives, and so does the bus's own.
+func TestSubscribeOthers(t *testing.T) {
+	t.Parallel()
+	alone := open(t, event.Config{})
+	got := make(chan string, 4)
+	if _, err := alone.SubscribeOthers("s.>", func(subj string, _ []byte) { got <- subj }); err != nil {
+		t.Fatal(err)
+	}
+	if err := alone.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if alone.Wanted("s.1") {
+		t.Fatal("SubscribeOthers on a private embedded server made s.1 wanted")
+	}
+	if err := alone.Publish("s.1", &lockv1.LockEvent{}); err != nil {
+		t.Fatal(err)
+	}
+
+	shared := open(t, event.Config{Listen: "127.0.0.1:0"})
+	if _, err := shared.SubscribeOthers("s.>", func(subj string, _ []byte) { got <- subj }); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	outside := open(t, event.Config{URL: shared.ClientURL()})
+	if err := outside.Publish("s.outside", &lockv1.LockEvent{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.Publish("s.own", &lockv1.LockEvent{}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		select {
+		case subj := <-got:
+			if subj == "s.1" {
+				t.Fatal("the private bus delivered its own message to SubscribeOthers")
+			}
+			seen[subj] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("got %v within 10s, want s.outside and s.own", seen)
+		}
+	}
+}

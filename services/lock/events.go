@@ -13,14 +13,16 @@ import (
 
 // startEvents subscribes the instance to the released and expired events of its backends
 // (one subscription per backend and kind, whatever the number of waiters) and follows the
-// bus's connection, so waiters poll while NATS is down.
+// bus's connection, so waiters poll while NATS is down. Its own releases wake its waiters
+// directly (leaseEnded), so it subscribes to other instances' events only: on an embedded
+// NATS that accepts no outside clients there are none, and it subscribes to nothing.
 func (s *Service) startEvents() error {
 	if s.bus == nil {
 		return nil
 	}
 	for name := range s.backends {
 		for _, kind := range []string{subject.Released, subject.Expired} {
-			unsub, err := s.bus.Subscribe(subject.LockPattern(kind, name), s.onEvent)
+			unsub, err := s.bus.SubscribeOthers(subject.LockPattern(kind, name), s.onEvent)
 			if err != nil {
 				s.stopEvents()
 				return err
@@ -79,9 +81,13 @@ func (s *Service) publish(ev *lockv1.LockEvent) {
 	if s.bus == nil {
 		return
 	}
+	subj := subject.Lock(subject.LockKind(ev.GetKind()), ev.GetBackend(), ev.GetKey())
+	if !s.bus.Wanted(subj) {
+		return // the embedded server has no subscriber for it (nobody watches the key)
+	}
 	ev.Time = timestamppb.Now()
 	data := appendEventJSON(make([]byte, 0, 256), ev)
-	if err := s.bus.PublishJSON(subject.Lock(subject.LockKind(ev.GetKind()), ev.GetBackend(), ev.GetKey()), data); err != nil {
+	if err := s.bus.PublishJSON(subj, data); err != nil {
 		s.log.Debug("lock: event not published", "key", ev.GetKey(), "backend", ev.GetBackend(), "error", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/testenv"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/services/lock"
 )
 
 // pollingBackends are the backends whose waiters the service wakes (ZooKeeper's wait on
@@ -188,6 +189,59 @@ func TestWaitersOutliveNATS(t *testing.T) {
 			handoffs("NATS back", 10)
 			if pushed() == before {
 				t.Fatal("no waiter was woken by an event after NATS came back: push did not resume")
+			}
+		})
+	}
+}
+
+// TestPrivateEmbeddedBus: on an embedded NATS that accepts no outside clients (the default
+// of `coord serve`), the instance subscribes to nothing of its own and publishes only what
+// someone watches; its waiters are still woken at once by its own releases (the periodic
+// re-check is off, so a missed wake-up shows as a wait until the holder's 30s ttl), both
+// plain and fair, and a Watch still sees every event from the moment it is in force.
+func TestPrivateEmbeddedBus(t *testing.T) {
+	t.Parallel()
+	for _, bc := range pollingBackends() {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			b := bc.store(t)(t)
+			in := startInstanceWith(t, bc.name, b, openBus(t, event.Config{}))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			const ttl = 30 * time.Second
+			for _, fair := range []bool{false, true} {
+				if _, queues := b.(lock.QueueBackend); fair && !queues {
+					continue // no line of waiters to be fair with
+				}
+				key := fmt.Sprintf("private-%v", fair)
+				held := must(acquireWithin(ctx, in.client, key, ttl))(t)
+				waiting := acquireAsync(ctx, in.client, waitFor(key, ttl, 20*time.Second, fair))
+				time.Sleep(100 * time.Millisecond) // the waiter is in line
+				released := time.Now()
+				must(in.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: held.GetOwner(), FencingToken: held.GetFencingToken()}))(t)
+				got := <-waiting
+				if got.err != nil || !got.res.GetAcquired() {
+					t.Fatalf("fair=%v: waiter = %v, %v; want acquired", fair, got.res, got.err)
+				}
+				if d := got.at.Sub(released); d > 10*time.Second {
+					t.Fatalf("fair=%v: the waiter got the lock %v after the release: not woken by it", fair, d)
+				}
+				l := got.res.GetLease()
+				must(in.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: l.GetOwner(), FencingToken: l.GetFencingToken()}))(t)
+			}
+
+			const key = "private-watched"
+			msgs, _ := watchStream(ctx, t, in.client.Locks(), &lockv1.WatchRequest{Key: key})
+			if st := nextMsg(t, msgs, "the state").GetState(); st.GetHeld() {
+				t.Fatalf("first message = %v, want the free state", st)
+			}
+			held := must(acquireWithin(ctx, in.client, key, ttl))(t)
+			must(in.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: held.GetOwner(), FencingToken: held.GetFencingToken()}))(t)
+			for _, want := range []lockv1.LockEventKind{lockv1.LockEventKind_LOCK_EVENT_KIND_ACQUIRED, lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED} {
+				ev := nextMsg(t, msgs, want.String()).GetEvent()
+				if ev.GetKind() != want || ev.GetKey() != key || ev.GetFencingToken() != held.GetFencingToken() {
+					t.Fatalf("watch got %v, want %v of token %d", ev, want, held.GetFencingToken())
+				}
 			}
 		})
 	}
