@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/coordkit/coordkit/libs/event/subject"
 	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
@@ -109,7 +109,7 @@ func (s *Service) onAvailable(subj string, data []byte) {
 	}
 	n := 1
 	var ev taskpickv1.AvailableEvent
-	if proto.Unmarshal(data, &ev) == nil && ev.GetCount() > 1 {
+	if (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, &ev) == nil && ev.GetCount() > 1 {
 		n = int(min(ev.GetCount(), 1<<16))
 	}
 	s.waiters.wake(backend, pool, n)
