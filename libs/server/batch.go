@@ -25,11 +25,12 @@ func CheckBatch(field string, n int) error {
 	return nil
 }
 
-// RunBatch runs op(i) for every i in [0, n) at once, the last on the calling goroutine, and
-// returns when all have returned. Running them together is what lets a backend that
-// pipelines concurrent calls pay one round trip for the batch. A panic in one operation is
-// recovered and handed to recovered with its index, so it fails that operation alone (as a
-// panic in a single call is answered internal) instead of the whole process or batch.
+// RunBatch runs op(i) for every i in [0, n) at once, the last on the calling goroutine and
+// the others on workers (see workers.go), and returns when all have returned. Running them
+// together is what lets a backend that pipelines concurrent calls pay one round trip for the
+// batch. A panic in one operation is recovered and handed to recovered with its index, so it
+// fails that operation alone (as a panic in a single call is answered internal) instead of
+// the whole process or batch.
 func RunBatch(n int, op func(i int), recovered func(i int, p any)) {
 	run := func(i int) {
 		defer func() {
@@ -40,8 +41,12 @@ func RunBatch(n int, op func(i int), recovered func(i int, p any)) {
 		op(i)
 	}
 	var wg sync.WaitGroup
+	wg.Add(max(n-1, 0))
 	for i := range n - 1 {
-		wg.Go(func() { run(i) })
+		goWork(func() {
+			defer wg.Done()
+			run(i)
+		})
 	}
 	if n > 0 {
 		run(n - 1)
