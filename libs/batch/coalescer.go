@@ -105,10 +105,7 @@ func (c *Coalescer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	}
 	c.inFlight++
 	c.mu.Unlock()
-	// Let every goroutine that is ready to run go first, so calls made at this same moment
-	// (the operations of one request, the callers one answer woke) queue behind this one
-	// and leave with it; on an idle process this returns at once.
-	runtime.Gosched()
+	c.gather()
 	c.mu.Lock()
 	if len(c.pending) == 1 && c.pending[0] == cl {
 		// Alone: sent on the caller's own goroutine with the caller's own context, as a
@@ -188,10 +185,12 @@ func (c *Coalescer[Req, Res]) takeLocked() ([]*call[Req, Res], *flight) {
 }
 
 // run holds a sending slot: it sends whatever is queued, batch after batch, until the
-// queue is empty and the slot is given back. It first lets every goroutine that is ready to
-// run go ahead, so calls made at the same moment leave together instead of the first alone.
+// queue is empty and the slot is given back. Before each batch it gathers the calls being
+// made at that moment, so they leave together instead of the first alone: at the start,
+// and after each answer, whose callers it has just woken and who often call again at once
+// (a lock's release after its acquire).
 func (c *Coalescer[Req, Res]) run() {
-	runtime.Gosched()
+	c.gather()
 	for {
 		c.mu.Lock()
 		if len(c.pending) == 0 {
@@ -202,7 +201,35 @@ func (c *Coalescer[Req, Res]) run() {
 		batch, f := c.takeLocked()
 		c.mu.Unlock()
 		c.sendBatch(batch, f)
+		c.gather()
 	}
+}
+
+// maxGatherYields bounds how often gather yields: each yield that finds more calls queued
+// earns another, up to this many.
+const maxGatherYields = 4
+
+// gather lets every goroutine that is ready to run go first, so calls made at this moment
+// (the operations of one request, the callers one answer woke) queue and leave together with
+// the batch about to go; it yields again while that brings more. On an idle process it
+// returns at once: no timer, nothing waits for calls that are not already on their way.
+func (c *Coalescer[Req, Res]) gather() {
+	n := c.queued()
+	for range maxGatherYields {
+		runtime.Gosched()
+		m := c.queued()
+		if m == n {
+			return
+		}
+		n = m
+	}
+}
+
+// queued is how many calls wait for a batch.
+func (c *Coalescer[Req, Res]) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
 }
 
 // sendBatch sends one batch and hands every call its result.

@@ -60,13 +60,6 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-// queued counts the calls waiting behind the batches in flight.
-func (c *Coalescer[Req, Res]) queued() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pending)
-}
-
 func eventually(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -274,5 +267,48 @@ func BenchmarkDoAlone(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		_, _ = c.Do(ctx, 1)
+	}
+}
+
+// TestCallersOfOneAnswerLeaveTogether: callers in a closed loop (each calls again as soon as
+// its answer comes, as a lock's release follows its acquire) keep leaving together: the
+// callers one answer woke make the next batch, instead of the first of them leaving alone
+// and the rest waiting a round trip behind it.
+func TestCallersOfOneAnswerLeaveTogether(t *testing.T) {
+	const callers, rounds = 8, 40
+	var mu sync.Mutex
+	var sizes []int
+	c := New(func(_ context.Context, reqs []int) ([]Result[int], error) {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		mu.Unlock()
+		time.Sleep(200 * time.Microsecond) // the round trip
+		return make([]Result[int], len(reqs)), nil
+	}, Config{MaxInFlight: 1})
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			for range rounds {
+				if _, err := c.Do(context.Background(), i); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	// Every caller makes the same number of calls, so batches of all of them take
+	// rounds batches; the first few, before the callers fell into step, are not counted.
+	full := 0
+	for _, n := range sizes {
+		if n == callers {
+			full++
+		}
+	}
+	if len(sizes) > rounds+rounds/4 || full < rounds*3/4 {
+		t.Fatalf("%d calls in %d batches, %d of them with all %d callers; want about %d batches, nearly all full: %v",
+			callers*rounds, len(sizes), full, callers, rounds, sizes)
 	}
 }
