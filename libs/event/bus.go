@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,13 +48,22 @@ type Config struct {
 // Bus is one process's NATS connection. It is safe for concurrent use.
 type Bus struct {
 	nc       *nats.Conn
-	embedded *server.Server // nil when connected to an outside NATS
+	embedded *server.Server  // nil when connected to an outside NATS
+	account  *server.Account // the embedded server's, whose subscriptions Wanted reads
+	private  bool            // embedded with no Listen address: this Bus is its only client
 	log      *slog.Logger
 	metrics  *metrics
 
 	up       atomic.Bool // the state OnChange listeners were last told
 	mu       sync.Mutex
 	onChange []func(connected bool)
+	others   map[string][]*otherSub // SubscribeOthers's subscribers per subject, when private
+}
+
+// otherSub is one SubscribeOthers subscriber of a private Bus.
+type otherSub struct {
+	fn    func(subject string, data []byte)
+	unsub func() error // its subscription; nil while it is the subject's only subscriber
 }
 
 // Open connects to cfg.URL, or starts the embedded server when it is empty. An outside NATS
@@ -86,7 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.embedded = ns
+		b.embedded, b.account, b.private = ns, ns.GlobalAccount(), cfg.Listen == ""
 		opts = append(opts, nats.InProcessServer(ns))
 	case cfg.Listen != "":
 		return nil, errors.New("event: Listen is for the embedded server; it cannot be set with a NATS URL")
@@ -176,13 +186,15 @@ func (b *Bus) PublishJSON(subject string, data []byte) error {
 }
 
 // Wanted says whether a message on subject can reach anyone. It is false only on the
-// embedded server when no subscription, of this process or of an outside client, matches
-// subject: the server would drop the message, so Publish skips the work of encoding and
-// sending it. An outside NATS's subscribers cannot be seen from here, so there it is always
-// true. A subscription counts once the server has it: after Flush, or a moment after
-// Subscribe.
+// embedded server, while connected to it, when no subscription, of this process or of an
+// outside client, matches subject: the server would drop the message, so Publish skips the
+// work of encoding and sending it. An outside NATS's subscribers cannot be seen from here,
+// so there it is always true; so it is while the connection to the embedded server is down
+// (the server then no longer lists this Bus's own subscriptions, which come back with it,
+// and a message is buffered until they do). A subscription counts once the server has it:
+// after Flush, or a moment after Subscribe.
 func (b *Bus) Wanted(subject string) bool {
-	return b.embedded == nil || b.embedded.GlobalAccount().SubscriptionInterest(subject)
+	return b.account == nil || !b.nc.IsConnected() || b.account.SubscriptionInterest(subject)
 }
 
 // Subscribe calls fn for every message on subject (wildcards allowed), one at a time in the
@@ -202,17 +214,47 @@ func (b *Bus) Subscribe(subject string, fn func(subject string, data []byte)) (u
 	return sub.Unsubscribe, nil
 }
 
-// SubscribeOthers is Subscribe for what other connections publish, for a subscriber that
-// already handles what its own process publishes without NATS (the lock service wakes its
-// own waiters directly). On the embedded server with no Listen address, no other
-// connection exists: it subscribes to nothing, so the process's own events are neither
-// delivered back to it nor, when nothing else listens, published at all (see Wanted).
-// Elsewhere it is Subscribe, and fn also sees this process's own messages.
+// SubscribeOthers is Subscribe for a subscriber that already handles what it publishes
+// itself without NATS (the lock service wakes its own waiters directly) and needs only what
+// others publish on subject. On the embedded server with no Listen address the only others
+// are the other SubscribeOthers subscribers of subject on this Bus (several services of one
+// process sharing it): the first one subscribes to nothing, so its own messages are neither
+// delivered back to it nor, while nothing else listens, published at all (see Wanted); a
+// second one makes them all subscriptions. Elsewhere it is Subscribe. Either way fn may
+// also see its own messages.
 func (b *Bus) SubscribeOthers(subject string, fn func(subject string, data []byte)) (unsubscribe func() error, err error) {
-	if b.embedded != nil && b.embedded.Addr() == nil {
-		return func() error { return nil }, nil
+	if !b.private {
+		return b.Subscribe(subject, fn)
 	}
-	return b.Subscribe(subject, fn)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := &otherSub{fn: fn}
+	line := append(b.others[subject], o)
+	if len(line) > 1 {
+		for _, x := range line {
+			if x.unsub == nil {
+				if x.unsub, err = b.Subscribe(subject, x.fn); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if b.others == nil {
+		b.others = map[string][]*otherSub{}
+	}
+	b.others[subject] = line
+	return func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.others[subject] = slices.DeleteFunc(b.others[subject], func(x *otherSub) bool { return x == o })
+		if len(b.others[subject]) == 0 {
+			delete(b.others, subject)
+		}
+		if o.unsub != nil {
+			return o.unsub()
+		}
+		return nil
+	}, nil
 }
 
 // Flush waits until the server has processed everything published so far (or ctx ends, or

@@ -192,6 +192,32 @@ func TestSubscribeOthers(t *testing.T) {
 	if err := alone.Publish("s.1", &lockv1.LockEvent{}); err != nil {
 		t.Fatal(err)
 	}
+	// A second subscriber of the subject on the same private bus (two services of one
+	// process) is an other: from now on both get what either publishes.
+	second := make(chan string, 4)
+	unsub, err := alone.SubscribeOthers("s.>", func(subj string, _ []byte) { second <- subj })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alone.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := alone.Publish("s.2", &lockv1.LockEvent{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []chan string{got, second} {
+		select {
+		case subj := <-ch:
+			if subj != "s.2" {
+				t.Fatalf("got %q, want s.2", subj)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("with two SubscribeOthers subscribers on a private bus, s.2 did not reach both")
+		}
+	}
+	if err := unsub(); err != nil {
+		t.Fatal(err)
+	}
 
 	shared := open(t, event.Config{Listen: "127.0.0.1:0"})
 	if _, err := shared.SubscribeOthers("s.>", func(subj string, _ []byte) { got <- subj }); err != nil {
@@ -213,6 +239,9 @@ func TestSubscribeOthers(t *testing.T) {
 		case subj := <-got:
 			if subj == "s.1" {
 				t.Fatal("the private bus delivered its own message to SubscribeOthers")
+			}
+			if subj == "s.2" {
+				continue // the first subscriber is a real one since the second came
 			}
 			seen[subj] = true
 		case <-time.After(10 * time.Second):
