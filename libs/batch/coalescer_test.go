@@ -312,3 +312,57 @@ func TestCallersOfOneAnswerLeaveTogether(t *testing.T) {
 			callers*rounds, len(sizes), full, callers, rounds, sizes)
 	}
 }
+
+// TestAnswerWinsOverLateCancel: a queued call whose context ends while its batch is
+// answered gets the answer, not the context's error, when the answer is there by the time
+// it looks: the operation was applied, and saying it was not would make its caller retry
+// something that already happened (an acquire taken twice by one owner).
+func TestAnswerWinsOverLateCancel(t *testing.T) {
+	const rounds = 100
+	answered := 0
+	for range rounds {
+		ctx, cancel := context.WithCancel(context.Background())
+		first := make(chan struct{})
+		c := New(func(_ context.Context, reqs []int) ([]Result[int], error) {
+			if reqs[0] == 0 {
+				<-first // the first call holds the only slot while the second queues
+			} else {
+				cancel() // the second's caller gives up just as its answer is ready
+			}
+			out := make([]Result[int], len(reqs))
+			for i, r := range reqs {
+				out[i].Value = r
+			}
+			return out, nil
+		}, Config{MaxInFlight: 1})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = c.Do(context.Background(), 0)
+		}()
+		eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.inFlight == 1 && len(c.pending) == 0 }, "the first call in flight")
+		got := make(chan error, 1)
+		go func() {
+			v, err := c.Do(ctx, 1)
+			if err == nil && v != 1 {
+				err = fmt.Errorf("answer %d, want 1", v)
+			}
+			got <- err
+		}()
+		eventually(t, func() bool { return c.queued() == 1 }, "the second call queued")
+		close(first)
+		err := <-got
+		<-done
+		switch {
+		case err == nil:
+			answered++
+		case !errors.Is(err, context.Canceled):
+			t.Fatalf("second call: %v", err)
+		}
+	}
+	// The caller's goroutine is woken by the cancel and looks a moment later, after the
+	// answer was handed over; only rarely does it look first.
+	if answered < rounds/2 {
+		t.Fatalf("%d of %d calls answered after a cancel that raced their answer, want most", answered, rounds)
+	}
+}
