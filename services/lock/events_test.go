@@ -196,41 +196,29 @@ func TestWaitersOutliveNATS(t *testing.T) {
 
 // TestPrivateEmbeddedBus: on an embedded NATS that accepts no outside clients (the default
 // of `coord serve`), the instance subscribes to nothing of its own and publishes only what
-// someone watches; its waiters are still woken at once by its own releases (the periodic
-// re-check is off, so a missed wake-up shows as a wait until the holder's 30s ttl), both
-// plain and fair, and a Watch still sees every event from the moment it is in force.
+// someone watches; its waiters are still woken at once by its own releases, both plain and
+// fair; a second lock service sharing the bus (a library user's process) is woken by the
+// first's releases; and a Watch still sees every event from the moment it is in force.
 func TestPrivateEmbeddedBus(t *testing.T) {
 	t.Parallel()
 	for _, bc := range pollingBackends() {
 		t.Run(bc.name, func(t *testing.T) {
 			t.Parallel()
-			b := bc.store(t)(t)
-			in := startInstanceWith(t, bc.name, b, openBus(t, event.Config{}))
+			open := bc.store(t)
+			bus := openBus(t, event.Config{})
+			b := open(t)
+			in := startInstanceWith(t, bc.name, b, bus)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			const ttl = 30 * time.Second
 			for _, fair := range []bool{false, true} {
 				if _, queues := b.(lock.QueueBackend); fair && !queues {
 					continue // no line of waiters to be fair with
 				}
-				key := fmt.Sprintf("private-%v", fair)
-				held := must(acquireWithin(ctx, in.client, key, ttl))(t)
-				waiting := acquireAsync(ctx, in.client, waitFor(key, ttl, 20*time.Second, fair))
-				time.Sleep(100 * time.Millisecond) // the waiter is in line
-				released := time.Now()
-				must(in.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: held.GetOwner(), FencingToken: held.GetFencingToken()}))(t)
-				got := <-waiting
-				if got.err != nil || !got.res.GetAcquired() {
-					t.Fatalf("fair=%v: waiter = %v, %v; want acquired", fair, got.res, got.err)
-				}
-				if d := got.at.Sub(released); d > 10*time.Second {
-					t.Fatalf("fair=%v: the waiter got the lock %v after the release: not woken by it", fair, d)
-				}
-				l := got.res.GetLease()
-				must(in.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: l.GetOwner(), FencingToken: l.GetFencingToken()}))(t)
+				handOver(ctx, t, in, in, fmt.Sprintf("private-%v", fair), fair)
 			}
+			handOver(ctx, t, in, startInstanceWith(t, bc.name, open(t), bus), "private-shared", false)
 
-			const key = "private-watched"
+			const key, ttl = "private-watched", 30 * time.Second
 			msgs, _ := watchStream(ctx, t, in.client.Locks(), &lockv1.WatchRequest{Key: key})
 			if st := nextMsg(t, msgs, "the state").GetState(); st.GetHeld() {
 				t.Fatalf("first message = %v, want the free state", st)
@@ -245,4 +233,26 @@ func TestPrivateEmbeddedBus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// handOver has a holder on from release key while a waiter on to waits for it, and fails
+// unless the waiter got the lock well before the holder's 30s ttl: the instances' periodic
+// re-check is off, so a missed wake-up shows as a wait until the waiter's 20s wait ends.
+func handOver(ctx context.Context, t *testing.T, from, to *instance, key string, fair bool) {
+	t.Helper()
+	const ttl = 30 * time.Second
+	held := must(acquireWithin(ctx, from.client, key, ttl))(t)
+	waiting := acquireAsync(ctx, to.client, waitFor(key, ttl, 20*time.Second, fair))
+	time.Sleep(200 * time.Millisecond) // the waiter is in line
+	released := time.Now()
+	must(from.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: held.GetOwner(), FencingToken: held.GetFencingToken()}))(t)
+	got := <-waiting
+	if got.err != nil || !got.res.GetAcquired() {
+		t.Fatalf("%s (fair=%v): waiter = %v, %v; want acquired (not woken by the release within its 20s wait)", key, fair, got.res, got.err)
+	}
+	if d := got.at.Sub(released); d > 10*time.Second {
+		t.Fatalf("%s (fair=%v): the waiter got the lock %v after the release: not woken by it", key, fair, d)
+	}
+	l := got.res.GetLease()
+	must(to.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: l.GetOwner(), FencingToken: l.GetFencingToken()}))(t)
 }
