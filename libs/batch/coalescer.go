@@ -112,9 +112,10 @@ func (c *Coalescer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 		// single call would be.
 		c.pending = c.pending[:0]
 		c.mu.Unlock()
-		v, err := c.sendOne(ctx, req)
-		c.releaseSlot()
-		return v, err
+		// Deferred: a send that panics, recovered above (net/http recovers a handler's
+		// panic), must not keep the slot, or every later call would queue for good.
+		defer c.releaseSlot()
+		return c.sendOne(ctx, req)
 	}
 	c.mu.Unlock()
 	go c.run()
@@ -232,14 +233,19 @@ func (c *Coalescer[Req, Res]) queued() int {
 	return len(c.pending)
 }
 
-// sendBatch sends one batch and hands every call its result.
+// ErrSendPanicked is the error of every operation of a batch whose send function panicked.
+var ErrSendPanicked = errors.New("batch: the send function panicked")
+
+// sendBatch sends one batch and hands every call its result. A panic in send fails every
+// call of the batch with ErrSendPanicked: it runs on the Coalescer's own goroutine, where
+// nothing above could recover it but the process would die.
 func (c *Coalescer[Req, Res]) sendBatch(batch []*call[Req, Res], f *flight) {
 	defer f.cancel()
 	reqs := make([]Req, len(batch))
 	for i, cl := range batch {
 		reqs[i] = cl.req
 	}
-	results, err := c.send(f.ctx, reqs)
+	results, err := c.sendRecovered(f.ctx, reqs)
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("%w: %d operations, %d results", ErrShortAnswer, len(batch), len(results))
 	}
@@ -290,4 +296,14 @@ func (f *flight) leave() {
 	if last {
 		f.cancel()
 	}
+}
+
+// sendRecovered is send with a panic turned into ErrSendPanicked.
+func (c *Coalescer[Req, Res]) sendRecovered(ctx context.Context, reqs []Req) (results []Result[Res], err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			results, err = nil, fmt.Errorf("%w: %v", ErrSendPanicked, p)
+		}
+	}()
+	return c.send(ctx, reqs)
 }

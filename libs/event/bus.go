@@ -54,6 +54,12 @@ type Bus struct {
 	log      *slog.Logger
 	metrics  *metrics
 
+	// settling counts subscriptions the embedded server may not have yet, and settled is
+	// the reconnect count (nats.Conn's Statistics.Reconnects) at which it was last known to
+	// have all of them again (resent after a reconnect): until then Wanted cannot trust it.
+	settling atomic.Int64
+	settled  atomic.Uint64
+
 	up       atomic.Bool // the state OnChange listeners were last told
 	mu       sync.Mutex
 	onChange []func(connected bool)
@@ -186,22 +192,45 @@ func (b *Bus) PublishJSON(subject string, data []byte) error {
 }
 
 // Wanted says whether a message on subject can reach anyone. It is false only on the
-// embedded server, while connected to it, when no subscription, of this process or of an
-// outside client, matches subject: the server would drop the message, so Publish skips the
-// work of encoding and sending it. An outside NATS's subscribers cannot be seen from here,
-// so there it is always true; so it is while the connection to the embedded server is down
-// (the server then no longer lists this Bus's own subscriptions, which come back with it,
-// and a message is buffered until they do). A subscription counts once the server has it:
-// after Flush, or a moment after Subscribe.
+// embedded server when no subscription, of this process or of an outside client, matches
+// subject: the server would drop the message, so Publish skips the work of encoding and
+// sending it. It reads the server's own list, so it is true whenever that list may lack
+// this Bus's subscriptions: while a Subscribe is not yet confirmed by a round trip, and
+// from a disconnect until the subscriptions resent on reconnecting are confirmed (a message
+// is then buffered or sent, as without the check, and its subscription, ahead of it on the
+// connection, gets it). An outside NATS's subscribers cannot be seen from here, so there it
+// is always true.
 func (b *Bus) Wanted(subject string) bool {
-	return b.account == nil || !b.nc.IsConnected() || b.account.SubscriptionInterest(subject)
+	switch {
+	case b.account == nil, b.settling.Load() > 0, !b.nc.IsConnected():
+		return true
+	case b.nc.Stats().Reconnects != b.settled.Load():
+		return true
+	}
+	return b.account.SubscriptionInterest(subject)
+}
+
+// settle confirms, with a round trip, that the embedded server has every subscription sent
+// so far, and then runs done. A connection that drops meanwhile leaves it to the
+// reconnect's own settle.
+func (b *Bus) settle(done func()) {
+	go func() {
+		defer done()
+		_ = b.nc.FlushTimeout(10 * time.Second)
+	}()
 }
 
 // Subscribe calls fn for every message on subject (wildcards allowed), one at a time in the
 // order they arrive. fn must be quick: it runs on the subscription's delivery goroutine. The
 // returned function ends the subscription.
 func (b *Bus) Subscribe(subject string, fn func(subject string, data []byte)) (unsubscribe func() error, err error) {
+	if b.account != nil {
+		b.settling.Add(1) // until the server has it (see Wanted)
+	}
 	sub, err := b.nc.Subscribe(subject, func(m *nats.Msg) { fn(m.Subject, m.Data) })
+	if b.account != nil {
+		b.settle(func() { b.settling.Add(-1) })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("event: subscribe %s: %w", subject, err)
 	}
@@ -328,6 +357,16 @@ func (b *Bus) connected(nc *nats.Conn) {
 }
 
 func (b *Bus) reconnected(nc *nats.Conn) {
+	if b.account != nil {
+		// The subscriptions were resent before this runs; Wanted trusts the server's
+		// list again once a round trip confirms it has them.
+		n := nc.Stats().Reconnects
+		b.settle(func() {
+			if nc.IsConnected() && nc.Stats().Reconnects == n {
+				b.settled.Store(n)
+			}
+		})
+	}
 	b.metrics.connected.Set(1)
 	b.log.Info("events: NATS reconnected; push wake-up resumes", "url", nc.ConnectedUrlRedacted())
 	b.changed(true)
