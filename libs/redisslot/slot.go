@@ -27,11 +27,19 @@ func Of(name string) int {
 func Tag(slot int) string { return tags()[slot] }
 
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), the checksum Redis Cluster hashes
-// keys with.
+// keys with, a table lookup per byte (the service hashes every lock key it touches).
 func crc16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+// crc16Table is crc16's result for each leading byte.
+var crc16Table = func() (t [256]uint16) {
+	for b := range t {
+		crc := uint16(b) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -39,9 +47,10 @@ func crc16(s string) uint16 {
 				crc <<= 1
 			}
 		}
+		t[b] = crc
 	}
-	return crc
-}
+	return t
+}()
 
 // tags holds, for every slot, a short base-36 string whose CRC16 falls in it.
 var tags = sync.OnceValue(func() []string {

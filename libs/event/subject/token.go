@@ -76,13 +76,17 @@ func ParseToken(tok string) (string, error) {
 }
 
 // keep reports whether Token leaves c as it is.
-func keep(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
+func keep(c byte) bool { return kept[c] }
+
+// kept is keep's answer for every byte: letters, digits and - _ : = @ / ~ +.
+var kept = func() (t [256]bool) {
+	for c := range t {
+		b := byte(c)
+		t[c] = 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' ||
+			strings.IndexByte("-_:=@/~+", b) >= 0
 	}
-	return strings.IndexByte("-_:=@/~+", c) >= 0
-}
+	return t
+}()
 
 func upperHex(c byte) bool { return '0' <= c && c <= '9' || 'A' <= c && c <= 'F' }
 
