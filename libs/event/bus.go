@@ -211,13 +211,10 @@ func (b *Bus) Wanted(subject string) bool {
 }
 
 // settle confirms, with a round trip, that the embedded server has every subscription sent
-// so far, and then runs done. A connection that drops meanwhile leaves it to the
-// reconnect's own settle.
-func (b *Bus) settle(done func()) {
-	go func() {
-		defer done()
-		_ = b.nc.FlushTimeout(10 * time.Second)
-	}()
+// so far, and then runs done with the round trip's error (nil: confirmed). A connection that
+// drops meanwhile leaves it to the reconnect's own settle.
+func (b *Bus) settle(done func(err error)) {
+	go func() { done(b.nc.FlushTimeout(10 * time.Second)) }()
 }
 
 // Subscribe calls fn for every message on subject (wildcards allowed), one at a time in the
@@ -229,7 +226,7 @@ func (b *Bus) Subscribe(subject string, fn func(subject string, data []byte)) (u
 	}
 	sub, err := b.nc.Subscribe(subject, func(m *nats.Msg) { fn(m.Subject, m.Data) })
 	if b.account != nil {
-		b.settle(func() { b.settling.Add(-1) })
+		b.settle(func(error) { b.settling.Add(-1) })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("event: subscribe %s: %w", subject, err)
@@ -361,8 +358,8 @@ func (b *Bus) reconnected(nc *nats.Conn) {
 		// The subscriptions were resent before this runs; Wanted trusts the server's
 		// list again once a round trip confirms it has them.
 		n := nc.Stats().Reconnects
-		b.settle(func() {
-			if nc.IsConnected() && nc.Stats().Reconnects == n {
+		b.settle(func(err error) {
+			if err == nil && nc.IsConnected() && nc.Stats().Reconnects == n {
 				b.settled.Store(n)
 			}
 		})

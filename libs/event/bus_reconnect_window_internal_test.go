@@ -31,10 +31,12 @@ func TestWantedRightAfterEmbeddedReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dropped, connectedChecks atomic.Int64
-	// reconnecting is set once the bus saw its connection drop, and cleared before the next
-	// drop: a message published after the server dropped the client but before the client
-	// noticed is lost on the wire whatever Wanted says, so only the reconnect is checked.
-	var reconnecting atomic.Bool
+	// phase is odd from the moment the bus saw its connection drop until the next drop is
+	// about to be made: a message published after the server dropped the client but before
+	// the client noticed is lost on the wire whatever Wanted says, so only a Wanted that
+	// began and ended within one odd phase counts (a checker descheduled across the phase
+	// change would otherwise blame Wanted for that window).
+	var phase atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 {
@@ -47,10 +49,11 @@ func TestWantedRightAfterEmbeddedReconnect(t *testing.T) {
 					return
 				default:
 				}
-				if !reconnecting.Load() {
+				p := phase.Load()
+				if p%2 == 0 {
 					continue
 				}
-				if !b.Wanted("w.x") && reconnecting.Load() {
+				if !b.Wanted("w.x") && phase.Load() == p {
 					dropped.Add(1)
 				}
 				connectedChecks.Add(1)
@@ -58,12 +61,12 @@ func TestWantedRightAfterEmbeddedReconnect(t *testing.T) {
 		}()
 	}
 	const rounds = 40
-	for range rounds {
+	for round := range rounds {
 		id, err := b.nc.GetClientID()
 		if err != nil {
 			t.Fatal(err)
 		}
-		reconnecting.Store(false)
+		phase.Store(2 * int64(round)) // even: the drop is about to be made
 		if err := b.embedded.DisconnectClientByID(id); err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +75,7 @@ func TestWantedRightAfterEmbeddedReconnect(t *testing.T) {
 				t.Fatal("still connected 5s after the server dropped the bus")
 			}
 		}
-		reconnecting.Store(true)
+		phase.Store(2*int64(round) + 1) // odd: the bus knows it is disconnected
 		for deadline := time.Now().Add(10 * time.Second); !(b.Connected() && b.account.SubscriptionInterest("w.x")); time.Sleep(100 * time.Microsecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("subscription not back within 10s")
