@@ -20,10 +20,12 @@ const (
 	MaxIDBlock = 10000
 )
 
-// idFastBlock is the age under which a used-up block counts as used up fast: the next one
-// is twice as large, up to the largest block. A block older than idSlowBlock halves the
-// next one, down to the smallest. So a busy caller makes about one call to the service per
-// second for each mode and tag, and one that exits loses about a second's worth of IDs.
+// The time since the previous fetch of a (mode, tag) tells how fast its blocks are used:
+// under idFastBlock the next block is twice as large, up to the largest block; at
+// idSlowBlock or more it is half as large, down to the smallest. So a busy caller makes
+// about one call to the service per second for each mode and tag, and one that exits loses
+// about a second's worth of IDs. The second fetch always doubles: it starts when the first
+// block is 10% used, moments after the first fetch.
 const (
 	idFastBlock = time.Second
 	idSlowBlock = time.Minute
