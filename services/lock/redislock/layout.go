@@ -42,14 +42,15 @@ func NewLayout(prefix string) Layout {
 // Keys returns the lock hash of key and the fencing counter of its slot: KEYS[1] and KEYS[2]
 // of every script.
 func (l Layout) Keys(key string) []string {
-	hash := l.prefix + ":{" + key + "}"
-	return []string{hash, l.prefix + ":fence-bucket:{" + slotTag(Slot(hash)) + "}"}
+	hash, tag := l.hashAndTag(key)
+	return []string{hash, l.fenceKey(tag)}
 }
 
 // LeaseKey returns the key that remembers key's lease after its hash expired, until its
 // expiry is reported (see ExpiryGrace); its hash tag lands in the lock hash's slot.
 func (l Layout) LeaseKey(key string) string {
-	return l.prefix + ":lease:{" + slotTag(Slot(l.prefix+":{"+key+"}")) + "}" + key
+	_, tag := l.hashAndTag(key)
+	return l.leaseKey(tag, key)
 }
 
 // QueueKeys returns the keys of key's line of fair waiters: a sorted set of owners by
@@ -57,9 +58,22 @@ func (l Layout) LeaseKey(key string) string {
 // tag lands in the lock hash's slot, so a script may touch all four keys on Redis Cluster.
 // They exist only while someone waits in fair mode, and expire with the last entry.
 func (l Layout) QueueKeys(key string) []string {
-	tag := "{" + slotTag(Slot(l.prefix+":{"+key+"}")) + "}"
+	_, tag := l.hashAndTag(key)
 	return []string{l.prefix + ":queue:" + tag + key, l.prefix + ":queue-deadlines:" + tag + key}
 }
+
+// hashAndTag returns key's lock hash and the hash tag ({...}) of its slot, which every other
+// key of key carries: the one place the slot is hashed, once per call.
+func (l Layout) hashAndTag(key string) (hash, tag string) {
+	hash = l.prefix + ":{" + key + "}"
+	return hash, "{" + slotTag(Slot(hash)) + "}"
+}
+
+// fenceKey is the fencing counter of the slot whose hash tag is tag.
+func (l Layout) fenceKey(tag string) string { return l.prefix + ":fence-bucket:" + tag }
+
+// leaseKey is LeaseKey of key, whose slot's hash tag is tag.
+func (l Layout) leaseKey(tag, key string) string { return l.prefix + ":lease:" + tag + key }
 
 // Slot is the Redis Cluster hash slot of a key name (see libs/redisslot).
 func Slot(name string) int { return redisslot.Of(name) }

@@ -51,15 +51,14 @@ func New(rdb redis.Scripter, prefix string) *Backend {
 // keys returns the lock hash, fencing counter and lease keys of key: Layout.Keys and
 // Layout.LeaseKey with the key's slot hashed once.
 func (b *Backend) keys(key string) []string {
-	hash := b.layout.prefix + ":{" + key + "}"
-	tag := slotTag(Slot(hash))
-	return []string{hash, b.layout.prefix + ":fence-bucket:{" + tag + "}", b.layout.prefix + ":lease:{" + tag + "}" + key}
+	hash, tag := b.layout.hashAndTag(key)
+	return []string{hash, b.layout.fenceKey(tag), b.layout.leaseKey(tag, key)}
 }
 
 // ownKeys returns the lock hash and lease keys of key.
 func (b *Backend) ownKeys(key string) []string {
-	hash := b.layout.prefix + ":{" + key + "}"
-	return []string{hash, b.layout.prefix + ":lease:{" + slotTag(Slot(hash)) + "}" + key}
+	hash, tag := b.layout.hashAndTag(key)
+	return []string{hash, b.layout.leaseKey(tag, key)}
 }
 
 var graceMs = ExpiryGrace.Milliseconds()
