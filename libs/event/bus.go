@@ -178,12 +178,9 @@ func (b *Bus) Publish(subject string, m proto.Message) error {
 }
 
 // PublishJSON sends data, a message already in its protobuf JSON form, on subject: Publish
-// for the hot paths that encode their events without reflection (and ask Wanted before
-// they encode).
+// for the hot paths that encode their events without reflection. It does not ask Wanted:
+// such a caller asks before it encodes (a message nobody wants is dropped by the server).
 func (b *Bus) PublishJSON(subject string, data []byte) error {
-	if !b.Wanted(subject) {
-		return nil
-	}
 	if err := b.nc.Publish(subject, data); err != nil {
 		b.metrics.publishFailures.Inc()
 		return fmt.Errorf("event: publish %s: %w", subject, err)
