@@ -63,6 +63,7 @@ type call[Req, Res any] struct {
 	req    Req
 	done   chan struct{}
 	res    Result[Res]
+	late   bool    // the batch's context had ended when its answer came back
 	flight *flight // set, under Coalescer.mu, when the call leaves in a batch
 }
 
@@ -153,7 +154,7 @@ func (c *Coalescer[Req, Res]) wait(ctx context.Context, cl *call[Req, Res]) (Res
 	var zero Res
 	select {
 	case <-cl.done:
-		return cl.res.Value, cl.res.Err
+		return answer(ctx, cl)
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
@@ -168,11 +169,29 @@ func (c *Coalescer[Req, Res]) wait(ctx context.Context, cl *call[Req, Res]) (Res
 	c.mu.Unlock()
 	select {
 	case <-cl.done: // answered as the context ended: the answer wins
-		return cl.res.Value, cl.res.Err
+		return answer(ctx, cl)
 	default:
 	}
 	sent.leave()
 	return zero, context.Cause(ctx)
+}
+
+// answer is a batched call's result for its caller, whose context is ctx. A failure that
+// came back after the batch's context ended, once the caller's own deadline has passed, is
+// that deadline's: the batch went out with the latest of its callers' deadlines on a timer
+// of its own, which may fire, and fail the batch with the sender's error for it
+// ("unavailable: context deadline exceeded"), before the caller's context is marked done;
+// the caller must see what a call of its own would have seen (see Ending).
+func answer[Req, Res any](ctx context.Context, cl *call[Req, Res]) (Res, error) {
+	err := cl.res.Err
+	if err == nil || !cl.late || errors.Is(err, ErrShortAnswer) || errors.Is(err, ErrSendPanicked) {
+		return cl.res.Value, err // a broken answer stays an internal fault, however late
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		var zero Res
+		return zero, Ending(ctx)
+	}
+	return cl.res.Value, err
 }
 
 // takeLocked takes the next batch off the queue and marks it sent; c.mu is held and the
@@ -246,6 +265,7 @@ func (c *Coalescer[Req, Res]) sendBatch(batch []*call[Req, Res], f *flight) {
 		reqs[i] = cl.req
 	}
 	results, err := c.sendRecovered(f.ctx, reqs)
+	late := f.ctx.Err() != nil
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("%w: %d operations, %d results", ErrShortAnswer, len(batch), len(results))
 	}
@@ -255,6 +275,7 @@ func (c *Coalescer[Req, Res]) sendBatch(batch []*call[Req, Res], f *flight) {
 		} else {
 			cl.res = results[i]
 		}
+		cl.late = late
 		close(cl.done)
 	}
 }

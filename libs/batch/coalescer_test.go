@@ -307,7 +307,9 @@ func TestCallersOfOneAnswerLeaveTogether(t *testing.T) {
 			full++
 		}
 	}
-	if len(sizes) > rounds+rounds/4 || full < rounds*3/4 {
+	// Loose for a loaded 2-core machine (a CI run saw 29 of 40 full); the coalescer before
+	// gather settled into batches of 4 and 4: 0 full in 80 batches.
+	if len(sizes) > rounds*3/2 || full < rounds/2 {
 		t.Fatalf("%d calls in %d batches, %d of them with all %d callers; want about %d batches, nearly all full: %v",
 			callers*rounds, len(sizes), full, callers, rounds, sizes)
 	}
@@ -364,5 +366,64 @@ func TestAnswerWinsOverLateCancel(t *testing.T) {
 	// answer was handed over; only rarely does it look first.
 	if answered < rounds/2 {
 		t.Fatalf("%d of %d calls answered after a cancel that raced their answer, want most", answered, rounds)
+	}
+}
+
+// TestDeadlinePassedInBatchIsTheCallersDeadline: callers whose deadline passes while their
+// batch is in flight must get their own context's error, as a call of their own would, not
+// the error the sender made of the batch's context ending: the batch's deadline runs on a
+// timer of its own, which may fire before theirs.
+func TestDeadlinePassedInBatchIsTheCallersDeadline(t *testing.T) {
+	release := make(chan struct{})
+	send := func(ctx context.Context, reqs []int) ([]Result[int], error) {
+		if len(reqs) == 1 && reqs[0] == 0 { // the call that holds the slot
+			<-release
+			return make([]Result[int], 1), nil
+		}
+		<-ctx.Done()
+		return nil, fmt.Errorf("backend unavailable: %v", ctx.Err()) // not wrapped, as drivers do
+	}
+	c := New(send, Config{MaxInFlight: 1})
+	const rounds, callers = 20, 16
+	var wrong atomic.Int64
+	var sample atomic.Value
+	inFlight := func(n int) func() bool {
+		return func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.inFlight == n && len(c.pending) == 0
+		}
+	}
+	for range rounds {
+		eventually(t, inFlight(0), "an idle coalescer")
+		first := make(chan struct{})
+		go func() { c.Do(context.Background(), 0); close(first) }() //nolint:errcheck // holds the slot
+		eventually(t, inFlight(1), "the first call in flight")
+		deadline := time.Now().Add(20 * time.Millisecond)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				// Half give their deadline a cause, which they must get back.
+				var cause error // nil: context.DeadlineExceeded
+				want := context.DeadlineExceeded
+				if i%2 == 0 {
+					cause = errors.New("the caller's own cause")
+					want = cause
+				}
+				ctx, cancel := context.WithDeadlineCause(context.Background(), deadline, cause)
+				defer cancel()
+				if _, err := c.Do(ctx, i+1); !errors.Is(err, want) {
+					wrong.Add(1)
+					sample.Store(fmt.Sprintf("%v, want %v", err, want))
+				}
+			})
+		}
+		eventually(t, func() bool { return c.queued() == callers }, "the queued callers")
+		release <- struct{}{}
+		<-first
+		wg.Wait()
+	}
+	if n := wrong.Load(); n > 0 {
+		t.Fatalf("%d of %d callers past their deadline got another error, e.g. %v", n, rounds*callers, sample.Load())
 	}
 }

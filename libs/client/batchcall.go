@@ -171,18 +171,25 @@ func splitBatch[Op proto.Message](ops []Op) []span {
 // already are Connect errors.
 func callError(ctx context.Context, err error) error {
 	var ce *connect.Error
+	var ended error
+	if batch.Ending(ctx) != nil { // done, or its deadline passed (Ending waits out the timer)
+		ended = ctx.Err()
+		if ended == nil { // a context without a Done channel
+			ended = context.DeadlineExceeded
+		}
+	}
 	switch {
 	case errors.As(err, &ce):
 		return err
-	case ctx.Err() != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx))):
+	case ended != nil && (errors.Is(err, ended) || errors.Is(err, context.Cause(ctx))):
 		code := connect.CodeCanceled
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if errors.Is(ended, context.DeadlineExceeded) {
 			code = connect.CodeDeadlineExceeded
 		}
-		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
-			return connect.NewError(code, fmt.Errorf("%w: %w", ctx.Err(), cause))
+		if cause := context.Cause(ctx); cause != nil && cause != ended {
+			return connect.NewError(code, fmt.Errorf("%w: %w", ended, cause))
 		}
-		return connect.NewError(code, ctx.Err())
+		return connect.NewError(code, ended)
 	case errors.Is(err, batch.ErrShortAnswer):
 		return connect.NewError(connect.CodeInternal, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"connectrpc.com/connect"
+
+	"github.com/coordkit/coordkit/libs/batch"
 )
 
 // ErrUnavailable is the one "backend unavailable" every service shares: each domain's own
@@ -21,8 +23,8 @@ var ErrUnavailable = errors.New("backend unavailable")
 // err is kept as text, not wrapped, so a driver's own timeout cannot pass for the caller's
 // deadline.
 func Unavailable(ctx context.Context, sentinel error, engine string, err error) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
+	if err := batch.Ending(ctx); err != nil { // also a deadline passed, its timer pending
+		return err
 	}
 	return fmt.Errorf("%w: %s: %v", sentinel, engine, err)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -26,6 +27,12 @@ func expiredCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// timerPending is a context whose deadline has passed but whose timer has not yet marked it
+// done: the moment in which a batch sent with a timer of its own can fail first.
+type timerPending struct{ context.Context }
+
+func (timerPending) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
 
 // TestUnavailable: a live context gets the engine's failure as the domain sentinel (and so
 // the shared one), never the driver's own error kind; an ended one gets its cause, whatever
@@ -48,6 +55,8 @@ func TestUnavailable(t *testing.T) {
 		{"caller canceled", endedCtx(nil), errors.New("connection reset"),
 			[]error{context.Canceled}, []error{ErrUnavailable}, connect.CodeCanceled},
 		{"caller's deadline passed", expiredCtx(t), driverTimeout,
+			[]error{context.DeadlineExceeded}, []error{ErrUnavailable}, connect.CodeDeadlineExceeded},
+		{"caller's deadline passed, its timer not yet fired", timerPending{context.Background()}, errors.New("batch: context deadline exceeded"),
 			[]error{context.DeadlineExceeded}, []error{ErrUnavailable}, connect.CodeDeadlineExceeded},
 		{"server shutting down", endedCtx(ErrShutdown), context.Canceled,
 			[]error{ErrShutdown}, nil, connect.CodeUnavailable},
