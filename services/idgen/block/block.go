@@ -175,19 +175,23 @@ func (p *Pool) buffer(tag string) *buffer {
 // reserves afresh, and gets the store's answer (not found, or a range of a tag created again,
 // which the store puts above every earlier range). A request running concurrently may still
 // take an ID reserved before the deletion, which is as unique as any other.
+//
+// The buffer's ranges are used up before it leaves the pool: a new buffer, and so any ID
+// above the old ranges, exists only once no claim on them can succeed, so a request that
+// starts after another returned never gets an older ID than it.
 func (p *Pool) Drop(tag string) {
-	v, ok := p.buffers.LoadAndDelete(tag)
+	v, ok := p.buffers.Load(tag)
 	if !ok {
 		return
 	}
 	b := v.(*buffer)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.retire()
 	if s := b.cur.Load(); s != nil {
 		s.exhaust()
 	}
 	b.next, b.nextSpan, b.hasNext = Range{}, nil, false
+	b.retire()
 }
 
 // State is a tag's buffer as one instance holds it.
