@@ -133,3 +133,74 @@ func TestGroupCommitUnderConcurrency(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestGroupedCASFaultOnOneKeyFailsItAlone: a fault confined to one key's row (a trigger that
+// aborts every UPDATE of "bad") fails that key's compare-and-set; operations on other keys
+// that share its group must not fail with it, as they would not alone, and every answer
+// must agree with what was stored (a success applied, an error not).
+func TestGroupedCASFaultOnOneKeyFailsItAlone(t *testing.T) {
+	t.Parallel()
+	b := sqliteStore(t).open(t, WithReclaimInterval(0))
+	ctx := context.Background()
+	const owners = 12
+	owner := func(i int) string { return fmt.Sprintf("owner-%02d-0123456789", i) }
+	for i := range owners {
+		if att, err := b.TryAcquire(ctx, fmt.Sprint("good-", i), owner(i), time.Minute); err != nil || !att.Acquired {
+			t.Fatalf("acquire: %+v %v", att, err)
+		}
+	}
+	if att, err := b.TryAcquire(ctx, "bad", owner(99), time.Minute); err != nil || !att.Acquired {
+		t.Fatalf("acquire bad: %+v %v", att, err)
+	}
+	if _, err := b.db.ExecContext(ctx, `CREATE TRIGGER fail_bad BEFORE UPDATE ON coordkit_lock_leases
+		WHEN OLD.lock_key = 'bad' BEGIN SELECT RAISE(ABORT, 'injected fault on key bad'); END`); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var badWG sync.WaitGroup
+	for range 4 {
+		badWG.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b.Renew(ctx, "bad", owner(99), time.Minute) //nolint:errcheck // fails by design
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, owners)
+	for i := range owners {
+		key := fmt.Sprint("good-", i)
+		wg.Go(func() {
+			for round := range 20 {
+				ttl := time.Duration(61_000+i*100+round) * time.Millisecond
+				_, err := b.Renew(ctx, key, owner(i), ttl)
+				r, _, perr := b.peekOne(ctx, key)
+				switch {
+				case perr != nil:
+					errs <- perr
+				case err != nil:
+					errs <- fmt.Errorf("renewal of %s failed with the fault of another key: %w (stored ttl %d)", key, err, r.ttlMs)
+				case r.ttlMs != ttl.Milliseconds():
+					errs <- fmt.Errorf("%s: renewal succeeded, stored ttl %d, want %d", key, r.ttlMs, ttl.Milliseconds())
+				default:
+					continue
+				}
+				return
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	badWG.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if _, err := b.Renew(ctx, "bad", owner(99), time.Minute); !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("renewal of the faulty key: %v, want unavailable", err)
+	}
+}

@@ -53,15 +53,6 @@ func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// peek reads key's row without locking anything.
-func (b *Backend) peek(ctx context.Context, key string) (r row, found bool, err error) {
-	r, err = scanRow(b.st.peekRow.QueryRowContext(ctx, b.scope, key))
-	if errors.Is(err, sql.ErrNoRows) {
-		return row{}, false, nil
-	}
-	return r, err == nil, err
-}
-
 // maxRetries bounds how often a statement or transaction that InnoDB chose as a deadlock
 // victim is run again.
 const maxRetries = 10
@@ -204,12 +195,38 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 		return lock.Attempt{Holder: r.state()}, nil
 	}
 	ttlMs := ceilMillis(ttl)
-	return b.attempt(ctx, key, found, start, ttl, func(tx *sql.Tx, r row) (*row, lock.Attempt, error) {
+	take := func(tx *sql.Tx, r row) (*row, lock.Attempt, error) {
 		if r.held() && r.owner != owner {
 			return nil, lock.Attempt{Holder: r.state()}, nil
 		}
 		return b.grant(ctx, tx, key, owner, r, ttlMs)
+	}
+	if found && r.token != 0 {
+		if att, done, err := b.attemptCAS(ctx, key, r, start, ttl, take); done {
+			return att, err
+		}
+	}
+	return b.attempt(ctx, key, found, start, ttl, take)
+}
+
+// attemptCAS is attempt by compare-and-set (cas.go) on r, the row a plain read returned,
+// which has a token: take gets no transaction and, on such a row, needs none. done false
+// means the attempt must run its transaction.
+func (b *Backend) attemptCAS(ctx context.Context, key string, r row, start time.Time, ttl time.Duration,
+	take func(tx *sql.Tx, r row) (*row, lock.Attempt, error)) (att lock.Attempt, done bool, err error) {
+	done, err = b.casDecision(ctx, key, r, func(r row) (*row, error) {
+		next, a, err := take(nil, r)
+		att = a
+		return next, err
 	})
+	if !done || err != nil {
+		return lock.Attempt{}, done, err
+	}
+	var ended *lock.Expiry
+	if att.Acquired {
+		ended = endedLease(key, r)
+	}
+	return b.finishAttempt(att, ended, start, ttl), true, nil
 }
 
 // attempt runs one acquire attempt's transaction (take, through takeRow) and finishes it:
@@ -230,11 +247,18 @@ func (b *Backend) attempt(ctx context.Context, key string, found bool, start tim
 	if err != nil {
 		return lock.Attempt{}, err
 	}
+	return b.finishAttempt(att, ended, start, ttl), nil
+}
+
+// finishAttempt finishes an attempt whose write is committed: it reports the lease taken
+// over, if it had run out unreleased, and dates a granted lease from start, before the
+// database was asked.
+func (b *Backend) finishAttempt(att lock.Attempt, ended *lock.Expiry, start time.Time, ttl time.Duration) lock.Attempt {
 	b.report(ended)
 	if att.Acquired {
 		att.Lease.ExpiresAt = start.Add(ttl)
 	}
-	return att, nil
+	return att
 }
 
 // takeSlot waits for one of the backend's attempt slots (see OpenMySQL) and returns the
@@ -254,6 +278,8 @@ func (b *Backend) takeSlot(ctx context.Context) (put func(), err error) {
 // grant gives owner the lock in the transaction holding r, key's row: a free, released or
 // expired lock is taken over with a new token, one owner holds is re-entered. It returns the
 // row to write back and the caller's lease (without ExpiresAt, which the caller measures).
+// Only a placeholder row (token 0) needs tx, to read its fence floor; the compare-and-set
+// path, which never takes a placeholder, passes none.
 func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner string, r row, ttlMs int64) (*row, lock.Attempt, error) {
 	if r.held() { // owner's: re-entry
 		if r.holds >= lock.MaxHoldCount {
@@ -353,7 +379,7 @@ func (b *Backend) takeRow(ctx context.Context, key string, found bool, take func
 func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, lock.Released, error) {
 	var remaining uint32
 	var lease lock.Released
-	err := b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) {
+	err := b.change(ctx, key, func(r row) (*row, error) {
 		if err := ownedBy(r, owner); err != nil {
 			return nil, err
 		}
@@ -368,14 +394,17 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 		}
 		return &row{owner: owner, holder: r.holder, holds: remaining, token: r.token, expiresAt: r.expiresAt, ttlMs: r.ttlMs}, nil
 	})
-	return remaining, lease, err
+	if err != nil { // decide may have run on a read the write then missed
+		return 0, lock.Released{}, err
+	}
+	return remaining, lease, nil
 }
 
 // Renew implements lock.Backend.
 func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
 	start := time.Now()
 	var lease lock.Lease
-	err := b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) {
+	err := b.change(ctx, key, func(r row) (*row, error) {
 		if err := ownedBy(r, owner); err != nil {
 			return nil, err
 		}
@@ -386,7 +415,27 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 		lease = lock.Lease{Key: key, Owner: owner, HolderID: r.holder, FencingToken: r.token, HoldCount: r.holds, ExpiresAt: start.Add(report)}
 		return &row{owner: owner, holder: r.holder, holds: r.holds, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
 	})
-	return lease, err
+	if err != nil {
+		return lock.Lease{}, err
+	}
+	return lease, nil
+}
+
+// change runs decide on key's row and writes back the row it returns: by compare-and-set
+// on a plain read of the row (cas.go), or, when the row changed meanwhile, in a transaction
+// holding the row. A key without a row is handed to decide as a free row (token 0), and
+// nothing is written for it.
+func (b *Backend) change(ctx context.Context, key string, decide func(r row) (*row, error)) error {
+	r, found, err := b.peek(ctx, key)
+	if err != nil {
+		return lock.Unavailable(ctx, b.d.Name, err)
+	}
+	if found {
+		if done, err := b.casDecision(ctx, key, r, decide); done {
+			return err
+		}
+	}
+	return b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) { return decide(r) })
 }
 
 // Inspect implements lock.Backend.

@@ -51,8 +51,15 @@
 //
 // An attempt on a lock someone else holds is one plain read, with no transaction and no row
 // lock, so a crowd of waiters never queues on the row the holder needs for Release and Renew.
+// The reads of concurrent operations go out together, as one statement (peeks.go).
 // Statements are prepared once (the MySQL driver otherwise prepares each one anew, a second
-// round trip inside every transaction). On a pool of more than 4 connections a backend runs
+// round trip inside every transaction).
+//
+// # A read, then one conditional write
+//
+// Acquire, Release and Renew decide on that plain read and write the decision with one
+// UPDATE that applies only to the row exactly as read (cas.go); only when the row changed
+// meanwhile do they run the transaction described above. On a pool of more than 4 connections a backend runs
 // at most that many less 4 attempts at once, and never more than 12 (12 of OpenMySQL's 16),
 // keeping the others for Release, Renew and Inspect, and on a shared pool for other services.
 //
@@ -99,8 +106,9 @@ type Backend struct {
 	ownsDB bool
 	o      options
 	st     statements
-	slots  chan struct{}                     // TryAcquires at once; nil: no bound
-	group  *batch.Coalescer[txJob, struct{}] // group commit (group.go); nil: off
+	slots  chan struct{}                    // TryAcquires at once; nil: no bound
+	group  *batch.Coalescer[txJob, bool]    // group commit (group.go); nil: off
+	peeks  *batch.Coalescer[string, peeked] // batched plain reads (peeks.go)
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -154,6 +162,7 @@ func New(ctx context.Context, db *sqldb.DB, scope string, opts ...Option) (*Back
 	}
 	b.reserveConns(db.Stats().MaxOpenConnections)
 	b.startGroupCommit()
+	b.startPeeks()
 	if err := b.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("sqllock: %s schema: %w", d.Name, err)
 	}

@@ -3,18 +3,27 @@ package sqllock
 import (
 	"context"
 	"database/sql"
+	"sync"
 )
 
 // statements are prepared once per backend: the MySQL driver otherwise prepares, executes
 // and closes every statement with arguments, two round trips instead of one, and a lock
 // transaction holds its row lock across them.
 type statements struct {
-	peekRow, lockRow, insertRow, update, lockFloor *sql.Stmt
+	peekRow, lockRow, insertRow, update, casUpdate, lockFloor *sql.Stmt
+
+	mu     sync.Mutex
+	closed bool
+	peeks  [peekBatch + 1]*sql.Stmt // batched reads by number of keys, prepared when first used
+}
+
+// rowColumns are the columns scanRow reads, the database clock last.
+func rowColumns(d Dialect) string {
+	return "owner, holder_id, hold_count, fencing_token, expires_at, ttl_ms, " + d.NowMillis
 }
 
 func (s *statements) prepare(ctx context.Context, db *sql.DB, d Dialect) error {
-	cols := "SELECT owner, holder_id, hold_count, fencing_token, expires_at, ttl_ms, " + d.NowMillis +
-		" FROM " + leasesTable + " WHERE scope = ? AND lock_key = ?"
+	cols := "SELECT " + rowColumns(d) + " FROM " + leasesTable + " WHERE scope = ? AND lock_key = ?"
 	for _, p := range []struct {
 		st **sql.Stmt
 		q  string
@@ -26,6 +35,10 @@ func (s *statements) prepare(ctx context.Context, db *sql.DB, d Dialect) error {
 		{&s.insertRow, d.InsertIgnore + " INTO " + leasesTable + " (scope, lock_key, expires_at) VALUES (?, ?, " + d.NowMillis + " + ?)"},
 		{&s.update, "UPDATE " + leasesTable + " SET owner = ?, holder_id = ?, hold_count = ?, fencing_token = ?, expires_at = ?, ttl_ms = ?" +
 			" WHERE scope = ? AND lock_key = ?"},
+		// cas.go: the row as read, and its lease as live (or lapsed) as read.
+		{&s.casUpdate, "UPDATE " + leasesTable + " SET owner = ?, holder_id = ?, hold_count = ?, fencing_token = ?, expires_at = ?, ttl_ms = ?" +
+			" WHERE scope = ? AND lock_key = ? AND owner = ? AND holder_id = ? AND hold_count = ? AND fencing_token = ? AND expires_at = ? AND ttl_ms = ?" +
+			" AND (owner = '' OR (expires_at > " + d.NowMillis + ") = ?)"},
 		{&s.lockFloor, "SELECT fence_floor FROM " + fencesTable + " WHERE scope = ? AND bucket = ?" + d.ForUpdate},
 	} {
 		st, err := db.PrepareContext(ctx, p.q)
@@ -37,8 +50,28 @@ func (s *statements) prepare(ctx context.Context, db *sql.DB, d Dialect) error {
 	return nil
 }
 
+// peekMany is the prepared batched read of n keys (peeks.go), 1 ≤ n ≤ peekBatch.
+func (s *statements) peekMany(ctx context.Context, db *sql.DB, d Dialect, n int) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, sql.ErrConnDone
+	}
+	if s.peeks[n] == nil {
+		st, err := db.PrepareContext(ctx, peekManySQL(d, n))
+		if err != nil {
+			return nil, err
+		}
+		s.peeks[n] = st
+	}
+	return s.peeks[n], nil
+}
+
 func (s *statements) close() {
-	for _, st := range []*sql.Stmt{s.peekRow, s.lockRow, s.insertRow, s.update, s.lockFloor} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, st := range append([]*sql.Stmt{s.peekRow, s.lockRow, s.insertRow, s.update, s.casUpdate, s.lockFloor}, s.peeks[:]...) {
 		if st != nil {
 			st.Close()
 		}
