@@ -43,8 +43,16 @@ wait-ready:
 	echo "not ready after 5 minutes: see the output of make run" >&2; curl -sS "http://$(ADDR)/readyz" >&2; exit 1
 
 ## test: start the real dev backends, then lint, check generated code, vet and run every test with -race
+# A data race is reported once more at the very end (from GORACE's log files), so that a
+# failure's cause is in the last lines of a long log, next to the list of failed tests.
 test: backends lint check-generated vet standalone
-	go test -race -count=1 -timeout 14m $(PKGS)
+	@echo "go test -race -count=1 -timeout 14m $(PKGS)"; races=$$(mktemp -d); \
+	GORACE="log_path=$$races/race $$GORACE" go test -race -count=1 -timeout 14m $(PKGS); status=$$?; \
+	for f in $$races/race.*; do \
+		[ -s "$$f" ] || continue; echo "=== data race report ($$f) ==="; head -c 30000 "$$f"; \
+		[ $$status -ne 0 ] || status=66; \
+	done; \
+	rm -rf "$$races"; exit $$status
 
 ## backends: make sure the real backends the tests use are running (installs them with apt if missing)
 backends:
