@@ -8,6 +8,8 @@ replace (
 	github.com/coordkit/coordkit/services/idgen => ../../services/idgen
 	github.com/coordkit/coordkit/services/lock => ../../services/lock
 	github.com/coordkit/coordkit/services/taskpick => ../../services/taskpick
+	// v1.0.4 with one data race fixed: see third_party/go-zookeeper/zk/COORDKIT.md
+	github.com/go-zookeeper/zk => ../../third_party/go-zookeeper/zk
 )
 
 require (

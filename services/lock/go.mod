@@ -5,6 +5,8 @@ go 1.26.0
 replace (
 	github.com/coordkit/coordkit/libs => ../../libs
 	github.com/coordkit/coordkit/proto => ../../proto
+	// v1.0.4 with one data race fixed: see third_party/go-zookeeper/zk/COORDKIT.md
+	github.com/go-zookeeper/zk => ../../third_party/go-zookeeper/zk
 )
 
 require (
