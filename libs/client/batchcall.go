@@ -45,9 +45,18 @@ func newBatchCalls[Op proto.Message, Res any](maxInFlight, maxBatch int,
 
 // do sends op through the coalescer and returns its result, or the error of a call that did
 // not get its own answer (see callError). The result may still carry the operation's own
-// error, which the caller unwraps with operationError.
+// error, which the caller unwraps with operationError. Once the service is known to have no
+// Batch, op goes out as its own call on the caller's goroutine: nothing is gained by
+// queueing it, and no caller then waits for another's answer (a slow call would hold a
+// sending slot, and a batch sent one call at a time answers when its slowest call does).
 func (b *batchCalls[Op, Res]) do(ctx context.Context, op Op) (Res, error) {
-	r, err := b.coalescer.Do(ctx, op)
+	var r Res
+	var err error
+	if b.unbatched.Load() {
+		r, err = b.unary(ctx, op)
+	} else {
+		r, err = b.coalescer.Do(ctx, op)
+	}
 	if err != nil {
 		return r, callError(ctx, err)
 	}

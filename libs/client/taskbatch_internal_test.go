@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -29,9 +30,21 @@ type scriptedTasks struct {
 	mu      sync.Mutex
 	acked   map[string]int
 	batches int
+	// held, when set, holds the Ack of its id until the channel is closed; arrived then
+	// gets the id as the Ack arrives.
+	held    map[string]chan struct{}
+	arrived chan string
 }
 
-func (s *scriptedTasks) Ack(_ context.Context, req *taskpickv1.AckRequest) (*taskpickv1.AckResponse, error) {
+func (s *scriptedTasks) Ack(ctx context.Context, req *taskpickv1.AckRequest) (*taskpickv1.AckResponse, error) {
+	if h := s.held[req.GetId()]; h != nil {
+		s.arrived <- req.GetId()
+		select {
+		case <-h:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.acked[req.GetId()]++
@@ -97,6 +110,42 @@ func TestBatchingTasksWithoutBatch(t *testing.T) {
 	ackAll(c, n)
 	if s.batches != before {
 		t.Errorf("%d more Batch calls after the service said it has none", s.batches-before)
+	}
+}
+
+// TestBatchingTasksWithoutBatchNoneWaitsForAnother: once the service is known to have no
+// Batch, every call goes out on its own: an ack the service holds does not hold up another
+// caller's ack, as it would behind the coalescer's one sending slot or inside a batch sent
+// one call at a time.
+func TestBatchingTasksWithoutBatchNoneWaitsForAnother(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	s := &scriptedTasks{held: map[string]chan struct{}{"slow": release}, arrived: make(chan string, 1)}
+	c := serveScripted(t, s)
+	defer close(release)
+	for i, err := range ackAll(c, 8) { // learns that the service has no Batch
+		if err != nil {
+			t.Fatalf("ack t%d: %v", i, err)
+		}
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "slow", LeaseToken: 1})
+		slow <- err
+	}()
+	<-s.arrived
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.Ack(ctx, &taskpickv1.AckRequest{Pool: "p", Id: fmt.Sprint("fast", i), LeaseToken: 1})
+		cancel()
+		if err != nil {
+			t.Fatalf("ack fast%d while another ack is held: %v", i, err)
+		}
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the held ack returned before it was released: %v", err)
+	default:
 	}
 }
 
