@@ -52,21 +52,38 @@ func newBatchCalls[Op proto.Message, Res any](maxInFlight, maxBatch int,
 func (b *batchCalls[Op, Res]) do(ctx context.Context, op Op) (Res, error) {
 	var r Res
 	var err error
-	if b.unbatched.Load() {
-		r, err = b.unary(ctx, op)
-	} else {
+	if !b.unbatched.Load() {
 		r, err = b.coalescer.Do(ctx, op)
+		if !errors.Is(err, errUnbatched) {
+			if err != nil {
+				return r, callError(ctx, err)
+			}
+			return r, nil
+		}
+		// The batch this call was in found out that the service has no Batch, and sent
+		// none of it: the call goes out alone, below.
 	}
-	if err != nil {
+	if ctx.Err() != nil { // as the coalescer answers a call made with an ended context
+		return r, callError(ctx, context.Cause(ctx))
+	}
+	if r, err = b.unary(ctx, op); err != nil {
 		return r, callError(ctx, err)
 	}
 	return r, nil
 }
 
+// errUnbatched fails every operation of a batch that was not sent because the service has
+// no Batch: do sends each of them again alone, on its caller's goroutine and with its
+// caller's context, so no caller waits for another's answer.
+var errUnbatched = errors.New("client: the service has no Batch")
+
 // send sends one operation as its own call, several as Batch calls of at most batchBytes
 // each, at once.
 func (b *batchCalls[Op, Res]) send(ctx context.Context, ops []Op) ([]batch.Result[Res], error) {
-	if (len(ops) == 1 && !b.lone) || b.unbatched.Load() {
+	if b.unbatched.Load() {
+		return nil, errUnbatched // queued before the service was found to have no Batch
+	}
+	if len(ops) == 1 && !b.lone {
 		return b.sendEach(ctx, ops), nil
 	}
 	parts := splitBatch(ops)
@@ -101,8 +118,9 @@ func (b *batchCalls[Op, Res]) send(ctx context.Context, ops []Op) ([]batch.Resul
 func (b *batchCalls[Op, Res]) sendBatch(ctx context.Context, ops []Op) ([]batch.Result[Res], error) {
 	res, err := b.batch(ctx, ops)
 	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		// Nothing of the batch ran: each caller sends its own operation (see do).
 		b.unbatched.Store(true)
-		return b.sendEach(ctx, ops), nil
+		return nil, errUnbatched
 	}
 	if notSent(err) {
 		// Nothing of the batch ran (one operation could not be encoded, or the service

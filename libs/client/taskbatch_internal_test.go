@@ -261,3 +261,64 @@ func TestBatchSplitBySize(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchingTasksDiscoveryBatchNoneWaitsForAnother: the batch that finds out that the
+// service has no Batch is not sent one call at a time on the coalescer's goroutine: each of
+// its callers sends its own call, so a fast ack in it does not wait for a slow one (and its
+// caller does not see deadline_exceeded for an ack the service applied).
+func TestBatchingTasksDiscoveryBatchNoneWaitsForAnother(t *testing.T) {
+	t.Parallel()
+	gate, release := make(chan struct{}), make(chan struct{})
+	s := &scriptedTasks{held: map[string]chan struct{}{"gate": gate, "slow": release}, arrived: make(chan string, 2)}
+	c := serveScripted(t, s)
+	defer close(release)
+	go c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "gate", LeaseToken: 1}) // holds the one sending slot
+	<-s.arrived
+	go c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "slow", LeaseToken: 1})
+	time.Sleep(100 * time.Millisecond) // slow queues behind gate
+	errs := make([]error, 10)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, errs[i] = c.Ack(ctx, &taskpickv1.AckRequest{Pool: "p", Id: fmt.Sprint("fast", i), LeaseToken: 1})
+		})
+	}
+	time.Sleep(100 * time.Millisecond) // the fast acks queue too
+	close(gate)                        // all queued acks leave as one Batch: unimplemented
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			s.mu.Lock()
+			n := s.acked[fmt.Sprint("fast", i)]
+			s.mu.Unlock()
+			t.Errorf("fast%d: %v, though the service acked it %d time(s)", i, err, n)
+		}
+	}
+}
+
+// TestBatchingTasksWithoutBatchKeepsCause: a call made with an ended context fails the same
+// way whether or not the service has Batch: canceled or deadline_exceeded, wrapping the
+// context's cause.
+func TestBatchingTasksWithoutBatchKeepsCause(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("shutting down")
+	for _, unbatched := range []bool{false, true} {
+		c := serveScripted(t, &scriptedTasks{})
+		c.calls.unbatched.Store(unbatched)
+		canceled, cancel := context.WithCancelCause(context.Background())
+		cancel(cause)
+		expired, cancelExpired := context.WithDeadlineCause(context.Background(), time.Now().Add(-time.Second), cause)
+		for _, tc := range []struct {
+			ctx  context.Context
+			want connect.Code
+		}{{canceled, connect.CodeCanceled}, {expired, connect.CodeDeadlineExceeded}} {
+			_, err := c.Ack(tc.ctx, &taskpickv1.AckRequest{Pool: "p", Id: "x", LeaseToken: 1})
+			if connect.CodeOf(err) != tc.want || !errors.Is(err, cause) {
+				t.Errorf("unbatched=%v: %v, want %v wrapping %q", unbatched, err, tc.want, cause)
+			}
+		}
+		cancelExpired()
+	}
+}
