@@ -34,19 +34,32 @@ func Pipelined(rdb redis.UniversalClient) redis.Scripter {
 	return s
 }
 
-// send runs cmds, one alone and several as one pipeline; every command keeps its own error.
+// send runs cmds through process; every command keeps its own error.
 func (s *scripter) send(ctx context.Context, cmds []*redis.Cmd) ([]batch.Result[struct{}], error) {
-	if len(cmds) == 1 {
-		_ = s.rdb.Process(ctx, cmds[0])
-	} else {
-		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range cmds {
-				_ = p.Process(ctx, c)
-			}
-			return nil
-		})
-	}
+	process(ctx, s.rdb, cmds)
 	return make([]batch.Result[struct{}], len(cmds)), nil
+}
+
+// client is what process needs of a Redis client: *redis.Client, *redis.ClusterClient and
+// every redis.UniversalClient have it.
+type client interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+// process runs cmds on rdb, one alone and several as one pipeline; every command keeps its
+// own reply or error.
+func process(ctx context.Context, rdb client, cmds []*redis.Cmd) {
+	if len(cmds) == 1 {
+		_ = rdb.Process(ctx, cmds[0])
+		return
+	}
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range cmds {
+			_ = p.Process(ctx, c)
+		}
+		return nil
+	})
 }
 
 // run sends cmd through the coalescer. A caller whose context ends first gets a command of
