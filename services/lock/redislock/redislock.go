@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/services/lock"
 )
 
@@ -66,7 +67,22 @@ var graceMs = ExpiryGrace.Milliseconds()
 // TryAcquire implements lock.Backend.
 func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	res, err := acquireScript.Run(ctx, b.rdb, b.keys(key), owner, ttl.Milliseconds(), lock.MaxHoldCount, graceMs, lock.NewHolderID()).Slice()
+	return b.acquireReply(ctx, b.run(ctx, b.acquireCall(key, owner, ttl)), key, owner, start, ttl)
+}
+
+// run runs one script call, as Script.Run.
+func (b *Backend) run(ctx context.Context, c redisconf.ScriptCall) *redis.Cmd {
+	return c.Script.Run(ctx, b.rdb, c.Keys, c.Args...)
+}
+
+// acquireCall is the script call of an attempt on key.
+func (b *Backend) acquireCall(key, owner string, ttl time.Duration) redisconf.ScriptCall {
+	return redisconf.ScriptCall{Script: acquireScript, Keys: b.keys(key), Args: []any{owner, ttl.Milliseconds(), lock.MaxHoldCount, graceMs, lock.NewHolderID()}}
+}
+
+// acquireReply reads an attempt's reply; start is when the call began.
+func (b *Backend) acquireReply(ctx context.Context, cmd *redis.Cmd, key, owner string, start time.Time, ttl time.Duration) (lock.Attempt, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Attempt{}, lock.Unavailable(ctx, "redis", err)
 	}
@@ -104,9 +120,22 @@ func (b *Backend) attempt(res []any, key, owner string, start time.Time, ttl tim
 
 // Release implements lock.Backend.
 func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, lock.Released, error) {
-	res, err := releaseScript.Run(ctx, b.rdb, b.ownKeys(key), owner, token).Slice()
+	return releaseReply(ctx, b.run(ctx, b.releaseCall(key, owner, token)))
+}
+
+// releaseCall is the script call of a release.
+func (b *Backend) releaseCall(key, owner string, token uint64) redisconf.ScriptCall {
+	return redisconf.ScriptCall{Script: releaseScript, Keys: b.ownKeys(key), Args: []any{owner, token}}
+}
+
+// releaseReply reads a release's reply.
+func releaseReply(ctx context.Context, cmd *redis.Cmd) (uint32, lock.Released, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return 0, lock.Released{}, lock.Unavailable(ctx, "redis", err)
+	}
+	if len(res) == 0 {
+		return 0, lock.Released{}, fmt.Errorf("redislock: release script returned no values")
 	}
 	if err := statusErr(toInt(res[0])); err != nil {
 		return 0, lock.Released{}, err
@@ -121,9 +150,22 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 // Renew implements lock.Backend.
 func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
 	start := time.Now()
-	res, err := renewScript.Run(ctx, b.rdb, b.ownKeys(key), owner, ttl.Milliseconds(), graceMs).Slice()
+	return renewReply(ctx, b.run(ctx, b.renewCall(key, owner, ttl)), key, owner, start)
+}
+
+// renewCall is the script call of a renewal.
+func (b *Backend) renewCall(key, owner string, ttl time.Duration) redisconf.ScriptCall {
+	return redisconf.ScriptCall{Script: renewScript, Keys: b.ownKeys(key), Args: []any{owner, ttl.Milliseconds(), graceMs}}
+}
+
+// renewReply reads a renewal's reply; start is when the call began.
+func renewReply(ctx context.Context, cmd *redis.Cmd, key, owner string, start time.Time) (lock.Lease, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Lease{}, lock.Unavailable(ctx, "redis", err)
+	}
+	if len(res) == 0 {
+		return lock.Lease{}, fmt.Errorf("redislock: renew script returned no values")
 	}
 	if err := statusErr(toInt(res[0])); err != nil {
 		return lock.Lease{}, err
@@ -140,12 +182,25 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 
 // Inspect implements lock.Backend.
 func (b *Backend) Inspect(ctx context.Context, key string) (lock.State, error) {
-	res, err := InspectScript.Run(ctx, b.rdb, b.keys(key)[:1]).Slice()
+	return inspectReply(ctx, b.run(ctx, b.inspectCall(key)))
+}
+
+// inspectCall is the script call of an inspection.
+func (b *Backend) inspectCall(key string) redisconf.ScriptCall {
+	return redisconf.ScriptCall{Script: InspectScript, Keys: b.keys(key)[:1]}
+}
+
+// inspectReply reads an inspection's reply.
+func inspectReply(ctx context.Context, cmd *redis.Cmd) (lock.State, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return lock.State{}, lock.Unavailable(ctx, "redis", err)
 	}
-	if toInt(res[0]) != 1 {
+	if len(res) == 0 || toInt(res[0]) != 1 {
 		return lock.State{}, nil
+	}
+	if len(res) < 5 {
+		return lock.State{}, fmt.Errorf("redislock: inspect script returned %d values", len(res))
 	}
 	return heldState(res[1:]), nil
 }
