@@ -7,10 +7,11 @@ import (
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
-// Batch implements LockServiceHandler: every operation runs at once through the same code
-// as its single call, so each gets exactly the answer or error that call would, and the
-// backends see them together (the Redis engines pipeline concurrent scripts into one round
-// trip).
+// Batch implements LockServiceHandler. Every operation goes through the same checks and the
+// same handling of its backend's answer as its single call, so each gets exactly the answer
+// or error that call would. Operations on a BatchBackend go to it together, one round trip
+// for all of them (the Redis engine: one pipeline); the others run at once, one goroutine
+// each, so the backends still see them together.
 func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.BatchResponse, error) {
 	ops := req.GetOperations()
 	if err := server.CheckBatch("operations", len(ops)); err != nil {
@@ -18,51 +19,56 @@ func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.
 	}
 	results := make([]*lockv1.BatchResult, len(ops))
 	failures := make([]error, len(ops))
-	server.RunBatch(len(ops), func(i int) { results[i], failures[i] = s.runOperation(ctx, ops[i]) }, func(i int, p any) {
+	steps := make([]batchStep, len(ops))
+	var alone []*batchStep
+	var groups []*stepGroup
+	for i, op := range ops {
+		st := &steps[i]
+		st.i = i
+		if err := s.prepareStep(st, op); err != nil {
+			results[i], failures[i] = failed(ctx, err), err
+			continue
+		}
+		bb, ok := st.b.(BatchBackend)
+		if !ok {
+			alone = append(alone, st)
+			continue
+		}
+		g := groupOf(&groups, st.name, bb)
+		g.steps = append(g.steps, st)
+	}
+	finish := func(st *batchStep) { results[st.i], failures[st.i] = s.finishStep(ctx, st) }
+	// Task t runs alone[t], or for t past them, a group; the last task runs on this
+	// goroutine, so a batch on one BatchBackend starts no other.
+	task := func(t int) []*batchStep {
+		if t < len(alone) {
+			return alone[t : t+1]
+		}
+		return groups[t-len(alone)].steps
+	}
+	server.RunBatch(len(alone)+len(groups), func(t int) {
+		if t < len(alone) {
+			s.runAlone(ctx, alone[t])
+		} else {
+			groups[t-len(alone)].run(ctx, s)
+		}
+		for _, st := range task(t) {
+			finish(st)
+		}
+	}, func(t int, p any) {
 		server.LogPanic(ctx, s.log, "lock", p)
-		code, msg := server.OperationError(ctx, server.ErrPanic)
-		results[i] = &lockv1.BatchResult{Error: &lockv1.BatchError{Code: code.String(), Message: msg}}
+		for _, st := range task(t) {
+			if results[st.i] == nil { // answered before the panic: that answer stands
+				results[st.i] = failed(ctx, server.ErrPanic)
+			}
+		}
 	})
 	server.LogBatchFailures(ctx, s.log, "lock", failures)
 	return &lockv1.BatchResponse{Results: results}, nil
 }
 
-// runOperation runs one operation of a batch and wraps its answer or error; it also returns
-// the error, for the batch's log line.
-func (s *Service) runOperation(ctx context.Context, op *lockv1.BatchOperation) (*lockv1.BatchResult, error) {
-	var res lockv1.BatchResult
-	var err error
-	switch op := op.GetOperation().(type) {
-	case *lockv1.BatchOperation_Acquire:
-		if op.Acquire.GetWait().AsDuration() != 0 {
-			err = server.InvalidField("wait", "a batched acquire cannot wait: send an acquire that waits as its own Acquire call")
-			break
-		}
-		var r *lockv1.AcquireResponse
-		if r, err = s.Acquire(ctx, op.Acquire); err == nil {
-			res.Result = &lockv1.BatchResult_Acquire{Acquire: r}
-		}
-	case *lockv1.BatchOperation_Release:
-		var r *lockv1.ReleaseResponse
-		if r, err = s.Release(ctx, op.Release); err == nil {
-			res.Result = &lockv1.BatchResult_Release{Release: r}
-		}
-	case *lockv1.BatchOperation_Renew:
-		var r *lockv1.RenewResponse
-		if r, err = s.Renew(ctx, op.Renew); err == nil {
-			res.Result = &lockv1.BatchResult_Renew{Renew: r}
-		}
-	case *lockv1.BatchOperation_Inspect:
-		var r *lockv1.InspectResponse
-		if r, err = s.Inspect(ctx, op.Inspect); err == nil {
-			res.Result = &lockv1.BatchResult_Inspect{Inspect: r}
-		}
-	default:
-		err = server.InvalidField("operation", "none of acquire, release, renew and inspect is set")
-	}
-	if err != nil {
-		code, msg := server.OperationError(ctx, err)
-		res.Error = &lockv1.BatchError{Code: code.String(), Message: msg}
-	}
-	return &res, err
+// failed is the result of an operation that failed with err.
+func failed(ctx context.Context, err error) *lockv1.BatchResult {
+	code, msg := server.OperationError(ctx, err)
+	return &lockv1.BatchResult{Error: &lockv1.BatchError{Code: code.String(), Message: msg}}
 }

@@ -11,14 +11,26 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/redisconf"
+	"github.com/coordkit/coordkit/libs/testenv"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/services/lock"
+	"github.com/coordkit/coordkit/services/lock/redislock"
 )
 
 // panicky is a backend whose Inspect panics: a stand-in for any bug in an engine or driver.
 type panicky struct{ lock.Backend }
 
 func (panicky) Inspect(context.Context, string) (lock.State, error) { panic("engine bug") }
+
+// panickySteps is a BatchBackend whose RunSteps panics after running its first step: a bug in
+// the code that runs a whole batch's steps together.
+type panickySteps struct{ lock.BatchBackend }
+
+func (b panickySteps) RunSteps(ctx context.Context, steps []*lock.Step) {
+	b.BatchBackend.RunSteps(ctx, steps[:1])
+	panic("engine bug in a pipeline")
+}
 
 // TestPanicInBatch: the server recovers a panic in a single call (internal error, the
 // process lives on: connect.WithRecover in libs/server), and so it must in a batched
@@ -36,8 +48,10 @@ func TestPanicInBatch(t *testing.T) {
 		}
 		return
 	}
+	steps := redislock.New(redisconf.Pipelined(testenv.Redis(t, "")), testenv.Prefix(t))
 	inst := serveLock(t, lock.Config{
-		Backends: map[string]lock.Backend{"sqlite": panicky{sqliteStore(t)(t)}},
+		Backends: map[string]lock.Backend{"sqlite": panicky{sqliteStore(t)(t)}, "redis": panickySteps{steps}},
+		Default:  "sqlite",
 		Logger:   slog.New(slog.DiscardHandler),
 	})
 	raw := client.New(inst.url, client.WithBatching(0)).Locks()
@@ -64,6 +78,29 @@ func TestPanicInBatch(t *testing.T) {
 	}
 	if _, err := raw.Inspect(ctx, &lockv1.InspectRequest{Key: "k"}); connect.CodeOf(err) != connect.CodeInternal {
 		t.Errorf("after the batch: %v, want the server to answer (internal)", err)
+	}
+
+	// A panic in a BatchBackend's RunSteps fails every operation of its group with internal,
+	// as a panic after the engine acted fails a single call; the other operations stand.
+	onRedis := func(key string) *lockv1.BatchOperation {
+		return acquireOp(&lockv1.AcquireRequest{Key: key, Backend: "redis"})
+	}
+	res, err = raw.Batch(ctx, &lockv1.BatchRequest{Operations: []*lockv1.BatchOperation{onRedis("r1"), acquire, onRedis("r2"), onRedis("r3")}})
+	if err != nil {
+		t.Fatalf("batch with a panicking pipeline failed as a whole: %v", err)
+	}
+	r := res.GetResults()
+	// "fine" is held since the batch above, so this is a busy answer: an answer, not a failure.
+	if a := r[1].GetAcquire(); a == nil || a.GetAcquired() || a.GetHolder() == nil {
+		t.Errorf("the sqlite acquire next to the panicking pipeline: %v, want busy", r[1])
+	}
+	for _, i := range []int{0, 2, 3} {
+		if r[i].GetError().GetCode() != connect.CodeInternal.String() {
+			t.Errorf("operation %d of the panicking pipeline: %v, want internal", i, r[i])
+		}
+	}
+	if a, err := raw.Acquire(ctx, &lockv1.AcquireRequest{Key: "r2", Backend: "redis"}); err != nil || !a.GetAcquired() {
+		t.Errorf("a single call on redis after the panic: %v, %v; want acquired", a, err)
 	}
 }
 

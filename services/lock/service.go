@@ -161,33 +161,59 @@ func parseAcquire(req *lockv1.AcquireRequest) (acquireParams, error) {
 
 // Acquire implements LockServiceHandler.
 func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
-	p, err := parseAcquire(req)
+	c, err := s.prepareAcquire(req)
 	if err != nil {
 		return nil, err
+	}
+	att, err := s.acquire(ctx, c.name, c.b, c.p)
+	return s.finishAcquire(ctx, c, att, err)
+}
+
+// acquireCall is an Acquire checked and ready for its backend: p.owner is the digest.
+type acquireCall struct {
+	p      acquireParams
+	name   string
+	b      Backend
+	secret string // the caller's owner, or the one generated for it
+	fresh  bool   // the owner was generated for this call
+}
+
+// prepareAcquire checks req, resolves its backend and sets its owner: everything an Acquire
+// does before it asks the backend.
+func (s *Service) prepareAcquire(req *lockv1.AcquireRequest) (acquireCall, error) {
+	p, err := parseAcquire(req)
+	if err != nil {
+		return acquireCall{}, err
 	}
 	name, b, err := s.backend(p.backend)
 	if err != nil {
-		return nil, err
+		return acquireCall{}, err
 	}
 	if err := s.checkFair(name, b, p); err != nil {
-		return nil, err
+		return acquireCall{}, err
 	}
-	fresh := p.owner == ""
-	if fresh {
+	c := acquireCall{name: name, b: b, fresh: p.owner == ""}
+	if c.fresh {
 		p.owner = NewOwner()
 	}
-	secret := p.owner
-	p.owner = ownerDigest(secret) // from here on, backends see only the digest
+	c.secret = p.owner
+	p.owner = ownerDigest(c.secret) // from here on, backends see only the digest
+	c.p = p
+	return c, nil
+}
 
-	att, err := s.acquire(ctx, name, b, p)
+// finishAcquire turns the backend's answer to c into Acquire's: metrics, events, the lease
+// with the caller's owner.
+func (s *Service) finishAcquire(ctx context.Context, c acquireCall, att Attempt, err error) (*lockv1.AcquireResponse, error) {
+	name := c.name
 	if err != nil {
 		err = toConnect(ctx, err)
 		s.metrics.acquires.WithLabelValues(name, server.Failure(err)).Inc()
 		return nil, err
 	}
-	newLease := att.Acquired && (fresh || att.Lease.HoldCount == 1)
-	if fresh && att.Acquired && att.Lease.HoldCount > 1 {
-		att = s.dropLostHolds(ctx, name, b, p.key, p.owner, att)
+	newLease := att.Acquired && (c.fresh || att.Lease.HoldCount == 1)
+	if c.fresh && att.Acquired && att.Lease.HoldCount > 1 {
+		att = s.dropLostHolds(ctx, name, c.b, c.p.key, c.p.owner, att)
 	}
 	if newLease {
 		s.leaseTaken(name, att.Lease)
@@ -196,14 +222,14 @@ func (s *Service) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*loc
 	}
 	if !att.Acquired {
 		s.metrics.acquires.WithLabelValues(name, "busy").Inc()
-		return &lockv1.AcquireResponse{Holder: stateToProto(req.GetKey(), name, att.Holder)}, nil
+		return &lockv1.AcquireResponse{Holder: stateToProto(c.p.key, name, att.Holder)}, nil
 	}
 	result := "acquired"
 	if att.Lease.HoldCount > 1 {
 		result = "reentered"
 	}
 	s.metrics.acquires.WithLabelValues(name, result).Inc()
-	att.Lease.Owner = secret
+	att.Lease.Owner = c.secret
 	return &lockv1.AcquireResponse{Acquired: true, Lease: leaseToProto(name, att.Lease)}, nil
 }
 
@@ -233,38 +259,72 @@ func servesFair(b Backend) bool {
 
 // Release implements LockServiceHandler.
 func (s *Service) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
-	if err := validateKey(req.GetKey()); err != nil {
+	c, err := s.prepareRelease(req)
+	if err != nil {
 		return nil, err
 	}
+	remaining, lease, err := c.b.Release(ctx, c.key, c.owner, c.token)
+	return s.finishRelease(ctx, c, remaining, lease, err)
+}
+
+// ownedCall is a Release or Renew checked and ready for its backend: owner is the digest.
+type ownedCall struct {
+	key, owner, name string
+	b                Backend
+	token            uint64        // Release's fencing token
+	ttl              time.Duration // Renew's ttl, 0: the lease's own
+	secret           string        // the caller's owner
+}
+
+// prepareRelease checks req and resolves its backend.
+func (s *Service) prepareRelease(req *lockv1.ReleaseRequest) (ownedCall, error) {
+	if err := validateKey(req.GetKey()); err != nil {
+		return ownedCall{}, err
+	}
 	if err := validateOwner(req.GetOwner(), true); err != nil {
-		return nil, err
+		return ownedCall{}, err
 	}
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
-		return nil, err
+		return ownedCall{}, err
 	}
-	remaining, lease, err := b.Release(ctx, req.GetKey(), ownerDigest(req.GetOwner()), req.GetFencingToken())
+	return ownedCall{key: req.GetKey(), owner: ownerDigest(req.GetOwner()), name: name, b: b, token: req.GetFencingToken()}, nil
+}
+
+// finishRelease turns the backend's answer to c into Release's: metrics, and the release
+// event when the lock is free.
+func (s *Service) finishRelease(ctx context.Context, c ownedCall, remaining uint32, lease Released, err error) (*lockv1.ReleaseResponse, error) {
 	if err != nil {
 		err = toConnect(ctx, err)
-		s.metrics.releases.WithLabelValues(name, server.Failure(err)).Inc()
+		s.metrics.releases.WithLabelValues(c.name, server.Failure(err)).Inc()
 		return nil, err
 	}
 	result := "released"
 	if remaining == 0 {
 		result = "freed"
-		s.leaseEnded(lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED, name, req.GetKey(), lease.FencingToken, lease.HolderID)
+		s.leaseEnded(lockv1.LockEventKind_LOCK_EVENT_KIND_RELEASED, c.name, c.key, lease.FencingToken, lease.HolderID)
 	}
-	s.metrics.releases.WithLabelValues(name, result).Inc()
+	s.metrics.releases.WithLabelValues(c.name, result).Inc()
 	return &lockv1.ReleaseResponse{Released: true, HoldCount: remaining}, nil
 }
 
 // Renew implements LockServiceHandler.
 func (s *Service) Renew(ctx context.Context, req *lockv1.RenewRequest) (*lockv1.RenewResponse, error) {
-	if err := validateKey(req.GetKey()); err != nil {
+	c, err := s.prepareRenew(req)
+	if err != nil {
 		return nil, err
 	}
+	lease, err := c.b.Renew(ctx, c.key, c.owner, c.ttl)
+	return s.finishRenew(ctx, c, lease, err)
+}
+
+// prepareRenew checks req and resolves its backend.
+func (s *Service) prepareRenew(req *lockv1.RenewRequest) (ownedCall, error) {
+	if err := validateKey(req.GetKey()); err != nil {
+		return ownedCall{}, err
+	}
 	if err := validateOwner(req.GetOwner(), true); err != nil {
-		return nil, err
+		return ownedCall{}, err
 	}
 	// Without a ttl the backend keeps the lease's own (ttl 0), never a default: a lease
 	// taken for 5 minutes must not shrink to DefaultTTL because a watchdog left ttl out.
@@ -272,38 +332,56 @@ func (s *Service) Renew(ctx context.Context, req *lockv1.RenewRequest) (*lockv1.
 	if req.GetTtl() != nil {
 		var err error
 		if ttl, err = validateTTL(req.GetTtl()); err != nil {
-			return nil, err
+			return ownedCall{}, err
 		}
 	}
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
-		return nil, err
+		return ownedCall{}, err
 	}
-	lease, err := b.Renew(ctx, req.GetKey(), ownerDigest(req.GetOwner()), ttl)
+	return ownedCall{key: req.GetKey(), owner: ownerDigest(req.GetOwner()), name: name, b: b, ttl: ttl, secret: req.GetOwner()}, nil
+}
+
+// finishRenew turns the backend's answer to c into Renew's.
+func (s *Service) finishRenew(ctx context.Context, c ownedCall, lease Lease, err error) (*lockv1.RenewResponse, error) {
 	if err != nil {
 		return nil, toConnect(ctx, err)
 	}
-	lease.Owner = req.GetOwner()
-	if s.interested(name, lease.Key) { // a renewal may shorten the lease: time its new end
-		s.trackExpiry(name, lease.Key, State{Held: true, FencingToken: lease.FencingToken, ExpiresAt: lease.ExpiresAt})
+	lease.Owner = c.secret
+	if s.interested(c.name, lease.Key) { // a renewal may shorten the lease: time its new end
+		s.trackExpiry(c.name, lease.Key, State{Held: true, FencingToken: lease.FencingToken, ExpiresAt: lease.ExpiresAt})
 	}
-	return &lockv1.RenewResponse{Lease: leaseToProto(name, lease)}, nil
+	return &lockv1.RenewResponse{Lease: leaseToProto(c.name, lease)}, nil
 }
 
 // Inspect implements LockServiceHandler.
 func (s *Service) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
-	if err := validateKey(req.GetKey()); err != nil {
+	c, err := s.prepareInspect(req)
+	if err != nil {
 		return nil, err
+	}
+	st, err := c.b.Inspect(ctx, c.key)
+	return finishInspect(ctx, c, st, err)
+}
+
+// prepareInspect checks req and resolves its backend.
+func (s *Service) prepareInspect(req *lockv1.InspectRequest) (ownedCall, error) {
+	if err := validateKey(req.GetKey()); err != nil {
+		return ownedCall{}, err
 	}
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
-		return nil, err
+		return ownedCall{}, err
 	}
-	st, err := b.Inspect(ctx, req.GetKey())
+	return ownedCall{key: req.GetKey(), name: name, b: b}, nil
+}
+
+// finishInspect turns the backend's answer to c into Inspect's.
+func finishInspect(ctx context.Context, c ownedCall, st State, err error) (*lockv1.InspectResponse, error) {
 	if err != nil {
 		return nil, toConnect(ctx, err)
 	}
-	return &lockv1.InspectResponse{State: stateToProto(req.GetKey(), name, st)}, nil
+	return &lockv1.InspectResponse{State: stateToProto(c.key, c.name, st)}, nil
 }
 
 // toConnect maps the lock's own errors to Connect codes; everything the services share
