@@ -45,8 +45,12 @@ func validateOwner(owner string, required bool) error {
 	return nil
 }
 
+// validateTTL checks a lease's ttl and cuts it to whole milliseconds, the unit every backend
+// stores (Redis PX, the SQL rows' ms, ZooKeeper's node data): a lease reported to end at
+// start + ttl must not end a fraction of a millisecond sooner where the backend dropped it.
 func validateTTL(d *durationpb.Duration) (time.Duration, error) {
-	return server.DurationIn("ttl", d, DefaultTTL, MinTTL, MaxTTL)
+	ttl, err := server.DurationIn("ttl", d, DefaultTTL, MinTTL, MaxTTL)
+	return ttl.Truncate(time.Millisecond), err
 }
 
 func validateWait(d *durationpb.Duration) (time.Duration, error) {

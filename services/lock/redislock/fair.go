@@ -22,7 +22,7 @@ func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, en
 	if len(res) != 8 {
 		return lock.Attempt{}, fmt.Errorf("redislock: fair acquire script returned %d values", len(res))
 	}
-	att, err := b.attempt(res, key, owner, start, ttl)
+	att, err := b.attempt(res, key, owner, start)
 	if err == nil && !att.Acquired {
 		att.Place, att.Arrival = int(toInt(res[6])), toInt(res[7])
 	}

@@ -67,7 +67,7 @@ var graceMs = ExpiryGrace.Milliseconds()
 // TryAcquire implements lock.Backend.
 func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
 	start := time.Now()
-	return b.acquireReply(ctx, b.run(ctx, b.acquireCall(key, owner, ttl)), key, owner, start, ttl)
+	return b.acquireReply(ctx, b.run(ctx, b.acquireCall(key, owner, ttl)), key, owner, start)
 }
 
 // run runs one script call, as Script.Run.
@@ -81,7 +81,7 @@ func (b *Backend) acquireCall(key, owner string, ttl time.Duration) redisconf.Sc
 }
 
 // acquireReply reads an attempt's reply; start is when the call began.
-func (b *Backend) acquireReply(ctx context.Context, cmd *redis.Cmd, key, owner string, start time.Time, ttl time.Duration) (lock.Attempt, error) {
+func (b *Backend) acquireReply(ctx context.Context, cmd *redis.Cmd, key, owner string, start time.Time) (lock.Attempt, error) {
 	res, err := cmd.Slice()
 	if err != nil {
 		return lock.Attempt{}, lock.Unavailable(ctx, "redis", err)
@@ -89,13 +89,15 @@ func (b *Backend) acquireReply(ctx context.Context, cmd *redis.Cmd, key, owner s
 	if len(res) != 6 {
 		return lock.Attempt{}, fmt.Errorf("redislock: acquire script returned %d values", len(res))
 	}
-	return b.attempt(res, key, owner, start, ttl)
+	return b.attempt(res, key, owner, start)
 }
 
 // attempt reads the first six values of an acquire script's reply {status, fence, count,
 // ttl or the holder's pttl in ms, holder id, ended lease}, reporting the ended lease; start
-// is when the call began.
-func (b *Backend) attempt(res []any, key, owner string, start time.Time, ttl time.Duration) (lock.Attempt, error) {
+// is when the call began. A lease taken ends at start plus the whole milliseconds the script
+// set it for, never the ttl asked: Redis counts whole milliseconds, so a ttl with a fraction
+// of one would end before the expiry reported.
+func (b *Backend) attempt(res []any, key, owner string, start time.Time) (lock.Attempt, error) {
 	if ended, _ := res[5].(string); ended != "" {
 		b.reportEnded(key, ended)
 	}
@@ -107,7 +109,7 @@ func (b *Backend) attempt(res []any, key, owner string, start time.Time, ttl tim
 	case 1:
 		return lock.Attempt{Acquired: true, Lease: lock.Lease{
 			Key: key, Owner: owner, HolderID: holder, FencingToken: uint64(fence),
-			ExpiresAt: start.Add(ttl), HoldCount: uint32(count),
+			ExpiresAt: start.Add(time.Duration(ms) * time.Millisecond), HoldCount: uint32(count),
 		}}, nil
 	case 2: // free, yet not the caller's turn (fair mode)
 		return lock.Attempt{}, nil

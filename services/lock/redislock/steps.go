@@ -34,7 +34,7 @@ func (b *Backend) RunSteps(ctx context.Context, steps []*lock.Step) {
 	for i, st := range steps {
 		switch st.Kind {
 		case lock.StepTryAcquire:
-			st.Attempt, st.Err = b.acquireReply(ctx, cmds[i], st.Key, st.Owner, start, st.TTL)
+			st.Attempt, st.Err = b.acquireReply(ctx, cmds[i], st.Key, st.Owner, start)
 		case lock.StepRelease:
 			st.Remaining, st.Released, st.Err = releaseReply(ctx, cmds[i])
 		case lock.StepRenew:
