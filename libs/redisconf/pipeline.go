@@ -66,11 +66,16 @@ func process(ctx context.Context, rdb client, cmds []*redis.Cmd) {
 // its own carrying the error, never cmd, which the pipeline may still be filling in.
 func (s *scripter) run(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 	if _, err := s.cmds.Do(ctx, cmd); err != nil {
-		failed := redis.NewCmd(ctx, cmd.Args()...)
-		failed.SetErr(err)
-		return failed
+		return failedCmd(ctx, cmd, err)
 	}
 	return cmd
+}
+
+// failedCmd is a command of its own, with cmd's arguments, failed with err.
+func failedCmd(ctx context.Context, cmd *redis.Cmd, err error) *redis.Cmd {
+	failed := redis.NewCmd(ctx, cmd.Args()...)
+	failed.SetErr(err)
+	return failed
 }
 
 // evalArgs builds the arguments of EVAL and its variants.
