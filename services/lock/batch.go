@@ -37,7 +37,17 @@ func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.
 		g := groupOf(&groups, st.name, bb)
 		g.steps = append(g.steps, st)
 	}
-	finish := func(st *batchStep) { results[st.i], failures[st.i] = s.finishStep(ctx, st) }
+	// finish answers one step; a panic in it fails that operation alone, since every other
+	// step of its group ran and deserves its own answer (an acquire's lease, a release's event).
+	finish := func(st *batchStep) {
+		defer func() {
+			if p := recover(); p != nil {
+				server.LogPanic(ctx, s.log, "lock", p)
+				results[st.i] = failed(ctx, server.ErrPanic)
+			}
+		}()
+		results[st.i], failures[st.i] = s.finishStep(ctx, st)
+	}
 	// Task t runs alone[t], or for t past them, a group; the last task runs on this
 	// goroutine, so a batch on one BatchBackend starts no other.
 	task := func(t int) []*batchStep {
@@ -57,10 +67,8 @@ func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.
 		}
 	}, func(t int, p any) {
 		server.LogPanic(ctx, s.log, "lock", p)
-		for _, st := range task(t) {
-			if results[st.i] == nil { // answered before the panic: that answer stands
-				results[st.i] = failed(ctx, server.ErrPanic)
-			}
+		for _, st := range task(t) { // the backend's run panicked: none was answered
+			results[st.i] = failed(ctx, server.ErrPanic)
 		}
 	})
 	server.LogBatchFailures(ctx, s.log, "lock", failures)

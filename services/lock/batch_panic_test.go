@@ -32,6 +32,25 @@ func (b panickySteps) RunSteps(ctx context.Context, steps []*lock.Step) {
 	panic("engine bug in a pipeline")
 }
 
+// lostHolds is a BatchBackend whose RunSteps reports the acquire of key "lost" as the
+// second hold of its fresh owner, which makes the service drop the hold it thinks a lost
+// answer took, through Release; and that Release panics. The panic happens while the
+// service finishes one operation of the group, after the engine answered them all.
+type lostHolds struct{ lock.BatchBackend }
+
+func (b lostHolds) RunSteps(ctx context.Context, steps []*lock.Step) {
+	b.BatchBackend.RunSteps(ctx, steps)
+	for _, st := range steps {
+		if st.Key == "lost" && st.Attempt.Acquired {
+			st.Attempt.Lease.HoldCount = 2
+		}
+	}
+}
+
+func (lostHolds) Release(context.Context, string, string, uint64) (uint32, lock.Released, error) {
+	panic("engine bug in release")
+}
+
 // TestPanicInBatch: the server recovers a panic in a single call (internal error, the
 // process lives on: connect.WithRecover in libs/server), and so it must in a batched
 // operation, which RunBatch runs on a goroutine of its own: the panicking operations fail
@@ -50,7 +69,7 @@ func TestPanicInBatch(t *testing.T) {
 	}
 	steps := redislock.New(redisconf.Pipelined(testenv.Redis(t, "")), testenv.Prefix(t))
 	inst := serveLock(t, lock.Config{
-		Backends: map[string]lock.Backend{"sqlite": panicky{sqliteStore(t)(t)}, "redis": panickySteps{steps}},
+		Backends: map[string]lock.Backend{"sqlite": panicky{sqliteStore(t)(t)}, "redis": panickySteps{steps}, "lost": lostHolds{steps}},
 		Default:  "sqlite",
 		Logger:   slog.New(slog.DiscardHandler),
 	})
@@ -101,6 +120,25 @@ func TestPanicInBatch(t *testing.T) {
 	}
 	if a, err := raw.Acquire(ctx, &lockv1.AcquireRequest{Key: "r2", Backend: "redis"}); err != nil || !a.GetAcquired() {
 		t.Errorf("a single call on redis after the panic: %v, %v; want acquired", a, err)
+	}
+
+	// A panic while one operation of a group is finished fails that operation alone: the
+	// others of the group ran on the engine and get their own answers.
+	onLost := func(key string) *lockv1.BatchOperation {
+		return acquireOp(&lockv1.AcquireRequest{Key: key, Backend: "lost"})
+	}
+	res, err = raw.Batch(ctx, &lockv1.BatchRequest{Operations: []*lockv1.BatchOperation{onLost("l1"), onLost("lost"), onLost("l2")}})
+	if err != nil {
+		t.Fatalf("batch with a panicking finish failed as a whole: %v", err)
+	}
+	r = res.GetResults()
+	if r[1].GetError().GetCode() != connect.CodeInternal.String() {
+		t.Errorf("the operation whose finish panicked: %v, want internal", r[1])
+	}
+	for _, i := range []int{0, 2} {
+		if !r[i].GetAcquire().GetAcquired() {
+			t.Errorf("operation %d, next to a panicking finish: %v, want acquired", i, r[i])
+		}
 	}
 }
 
