@@ -34,6 +34,11 @@ func (g *gate) send(ctx context.Context, reqs []int) ([]Result[string], error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	return answers(reqs), nil
+}
+
+// answers answers each request: "v<r>", or an error for a negative one.
+func answers(reqs []int) []Result[string] {
 	out := make([]Result[string], len(reqs))
 	for i, r := range reqs {
 		if r < 0 {
@@ -42,7 +47,7 @@ func (g *gate) send(ctx context.Context, reqs []int) ([]Result[string], error) {
 			out[i].Value = fmt.Sprint("v", r)
 		}
 	}
-	return out, nil
+	return out
 }
 
 func (g *gate) snapshot() [][]int {

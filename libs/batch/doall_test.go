@@ -20,15 +20,7 @@ func TestDoAllAloneIsOneBatch(t *testing.T) {
 	var got []context.Context
 	send := func(ctx context.Context, reqs []int) ([]Result[string], error) {
 		got = append(got, ctx) // no lock: must run on the caller's goroutine, before DoAll returns
-		out := make([]Result[string], len(reqs))
-		for i, r := range reqs {
-			if r < 0 {
-				out[i].Err = fmt.Errorf("negative %d", r)
-			} else {
-				out[i].Value = fmt.Sprint("v", r)
-			}
-		}
-		return out, nil
+		return answers(reqs), nil
 	}
 	c := New(send, Config{MaxInFlight: 1})
 	res := c.DoAll(ctx, []int{1, -2, 3})
