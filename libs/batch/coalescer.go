@@ -125,15 +125,23 @@ func (c *Coalescer[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 
 // sendOne sends one operation as a batch of its own and returns its result.
 func (c *Coalescer[Req, Res]) sendOne(ctx context.Context, req Req) (Res, error) {
-	var zero Res
-	results, err := c.send(ctx, []Req{req})
-	switch {
-	case err != nil:
-		return zero, err
-	case len(results) != 1:
-		return zero, fmt.Errorf("%w: 1 operation, %d results", ErrShortAnswer, len(results))
+	r := c.sendAll(ctx, []Req{req})[0]
+	return r.Value, r.Err
+}
+
+// sendAll sends reqs as one batch on the caller's goroutine and returns their results.
+func (c *Coalescer[Req, Res]) sendAll(ctx context.Context, reqs []Req) []Result[Res] {
+	results, err := c.send(ctx, reqs)
+	if err == nil && len(results) != len(reqs) {
+		err = fmt.Errorf("%w: %d operations, %d results", ErrShortAnswer, len(reqs), len(results))
 	}
-	return results[0].Value, results[0].Err
+	if err != nil {
+		results = make([]Result[Res], len(reqs))
+		for i := range results {
+			results[i].Err = err
+		}
+	}
+	return results
 }
 
 // releaseSlot gives back a sending slot, or hands it to a new run when calls queued

@@ -123,33 +123,38 @@ func TestAloneThenTogether(t *testing.T) {
 	}
 }
 
+// doubler is a send function that answers every request with its double after a short
+// pause; it counts the operations sent and the most batches it had in flight at once, and
+// refuses a batch larger than maxBatch.
+type doubler struct {
+	maxBatch       int
+	inFlight, peak atomic.Int32
+	sent           atomic.Int64
+}
+
+func (d *doubler) send(ctx context.Context, reqs []int) ([]Result[int], error) {
+	n := d.inFlight.Add(1)
+	defer d.inFlight.Add(-1)
+	for p := d.peak.Load(); n > p && !d.peak.CompareAndSwap(p, n); p = d.peak.Load() {
+	}
+	if len(reqs) > d.maxBatch {
+		return nil, fmt.Errorf("batch of %d", len(reqs))
+	}
+	d.sent.Add(int64(len(reqs)))
+	time.Sleep(50 * time.Microsecond)
+	out := make([]Result[int], len(reqs))
+	for i, r := range reqs {
+		out[i].Value = r * 2
+	}
+	return out, nil
+}
+
 // TestMaxBatchAndInFlight: never more batches in flight than allowed, never more
 // operations in one than MaxBatch, every call answered once, under many goroutines.
 func TestMaxBatchAndInFlight(t *testing.T) {
 	const maxInFlight, maxBatch, calls = 3, 7, 2000
-	var inFlight, peak atomic.Int32
-	var sent atomic.Int64
-	send := func(ctx context.Context, reqs []int) ([]Result[int], error) {
-		n := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
-		if len(reqs) > maxBatch {
-			return nil, fmt.Errorf("batch of %d", len(reqs))
-		}
-		sent.Add(int64(len(reqs)))
-		time.Sleep(50 * time.Microsecond)
-		out := make([]Result[int], len(reqs))
-		for i, r := range reqs {
-			out[i].Value = r * 2
-		}
-		return out, nil
-	}
-	c := New(send, Config{MaxInFlight: maxInFlight, MaxBatch: maxBatch})
+	d := &doubler{maxBatch: maxBatch}
+	c := New(d.send, Config{MaxInFlight: maxInFlight, MaxBatch: maxBatch})
 	var wg sync.WaitGroup
 	errs := make(chan error, calls)
 	for i := range calls {
@@ -165,10 +170,10 @@ func TestMaxBatchAndInFlight(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if p := peak.Load(); p > maxInFlight {
+	if p := d.peak.Load(); p > maxInFlight {
 		t.Errorf("%d batches in flight at once, limit %d", p, maxInFlight)
 	}
-	if n := sent.Load(); n != calls {
+	if n := d.sent.Load(); n != calls {
 		t.Errorf("%d operations sent for %d calls", n, calls)
 	}
 }

@@ -1,9 +1,6 @@
 package batch
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // DoAll sends reqs, which the caller already holds together, and returns each one's result
 // in order. When a sending slot is free, nothing is queued and reqs fit in one batch, they
@@ -45,21 +42,6 @@ func (c *Coalescer[Req, Res]) DoAll(ctx context.Context, reqs []Req) []Result[Re
 	}
 	for i, cl := range calls {
 		results[i].Value, results[i].Err = c.wait(ctx, cl)
-	}
-	return results
-}
-
-// sendAll sends reqs as one batch on the caller's goroutine and returns their results.
-func (c *Coalescer[Req, Res]) sendAll(ctx context.Context, reqs []Req) []Result[Res] {
-	results, err := c.send(ctx, reqs)
-	if err == nil && len(results) != len(reqs) {
-		err = fmt.Errorf("%w: %d operations, %d results", ErrShortAnswer, len(reqs), len(results))
-	}
-	if err != nil {
-		results = make([]Result[Res], len(reqs))
-		for i := range results {
-			results[i].Err = err
-		}
 	}
 	return results
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // TestDoAllAloneIsOneBatch: operations handed over together while nothing is in flight leave
@@ -99,24 +97,8 @@ func TestDoAllGivesUpQueued(t *testing.T) {
 // than allowed.
 func TestDoAllUnderLoad(t *testing.T) {
 	const maxInFlight = 2
-	var inFlight, peak atomic.Int32
-	send := func(ctx context.Context, reqs []int) ([]Result[int], error) {
-		n := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
-		time.Sleep(50 * time.Microsecond)
-		out := make([]Result[int], len(reqs))
-		for i, r := range reqs {
-			out[i].Value = r * 2
-		}
-		return out, nil
-	}
-	c := New(send, Config{MaxInFlight: maxInFlight, MaxBatch: 16})
+	d := &doubler{maxBatch: 16}
+	c := New(d.send, Config{MaxInFlight: maxInFlight, MaxBatch: 16})
 	var wg sync.WaitGroup
 	for g := range 32 {
 		wg.Go(func() {
@@ -140,7 +122,7 @@ func TestDoAllUnderLoad(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if p := peak.Load(); p > maxInFlight {
+	if p := d.peak.Load(); p > maxInFlight {
 		t.Errorf("%d batches in flight at once, the limit is %d", p, maxInFlight)
 	}
 }
