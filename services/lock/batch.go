@@ -20,8 +20,7 @@ func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.
 	results := make([]*lockv1.BatchResult, len(ops))
 	failures := make([]error, len(ops))
 	steps := make([]batchStep, len(ops))
-	var alone []*batchStep
-	var groups []*stepGroup
+	var alone, groups []*stepGroup // the groups run last: the last task runs on this goroutine
 	for i, op := range ops {
 		st := &steps[i]
 		st.i = i
@@ -29,13 +28,12 @@ func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.
 			results[i], failures[i] = failed(ctx, err), err
 			continue
 		}
-		bb, ok := st.b.(BatchBackend)
-		if !ok {
-			alone = append(alone, st)
-			continue
+		if bb, ok := st.b.(BatchBackend); ok {
+			g := groupOf(&groups, st.name, bb)
+			g.steps = append(g.steps, st)
+		} else {
+			alone = append(alone, &stepGroup{name: st.name, steps: []*batchStep{st}})
 		}
-		g := groupOf(&groups, st.name, bb)
-		g.steps = append(g.steps, st)
 	}
 	// finish answers one step; a panic in it fails that operation alone, since every other
 	// step of its group ran and deserves its own answer (an acquire's lease, a release's event).
@@ -48,26 +46,15 @@ func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.
 		}()
 		results[st.i], failures[st.i] = s.finishStep(ctx, st)
 	}
-	// Task t runs alone[t], or for t past them, a group; the last task runs on this
-	// goroutine, so a batch on one BatchBackend starts no other.
-	task := func(t int) []*batchStep {
-		if t < len(alone) {
-			return alone[t : t+1]
-		}
-		return groups[t-len(alone)].steps
-	}
-	server.RunBatch(len(alone)+len(groups), func(t int) {
-		if t < len(alone) {
-			s.runAlone(ctx, alone[t])
-		} else {
-			groups[t-len(alone)].run(ctx, s)
-		}
-		for _, st := range task(t) {
+	tasks := append(alone, groups...)
+	server.RunBatch(len(tasks), func(t int) {
+		tasks[t].run(ctx, s)
+		for _, st := range tasks[t].steps {
 			finish(st)
 		}
 	}, func(t int, p any) {
 		server.LogPanic(ctx, s.log, "lock", p)
-		for _, st := range task(t) { // the backend's run panicked: none was answered
+		for _, st := range tasks[t].steps { // the backend call panicked: none was answered
 			results[st.i] = failed(ctx, server.ErrPanic)
 		}
 	})

@@ -99,7 +99,8 @@ func (s *Service) finishStep(ctx context.Context, st *batchStep) (*lockv1.BatchR
 	return &res, nil
 }
 
-// stepGroup is the steps of a batch on one BatchBackend.
+// stepGroup is the steps of a batch on one BatchBackend, or a single step on a backend that
+// is not one (b nil).
 type stepGroup struct {
 	name  string
 	b     BatchBackend
@@ -118,9 +119,13 @@ func groupOf(groups *[]*stepGroup, name string, b BatchBackend) *stepGroup {
 	return g
 }
 
-// run hands the group's steps to its backend together. A first attempt that finds the lock
-// held counts as contention, as acquire counts it.
+// run hands the group's steps to its backend together, or runs a lone step alone. A first
+// attempt that finds the lock held counts as contention, as acquire counts it.
 func (g *stepGroup) run(ctx context.Context, s *Service) {
+	if g.b == nil {
+		s.runAlone(ctx, g.steps[0])
+		return
+	}
 	steps := make([]*Step, len(g.steps))
 	for i, st := range g.steps {
 		steps[i] = &st.step
