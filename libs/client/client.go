@@ -136,11 +136,7 @@ func newOptions(opts []Option) options {
 func (o options) transport() (connect.HTTPClient, []connect.ClientOption) {
 	httpClient := o.httpClient
 	if httpClient == nil {
-		c := DefaultHTTPClient()
-		if o.tlsConfig != nil {
-			c.Transport.(*http.Transport).TLSClientConfig = o.tlsConfig.Clone()
-		}
-		httpClient = c
+		httpClient = defaultHTTPClient(o.tlsConfig)
 	}
 	connectOpts := o.connect
 	if o.token != "" {
@@ -150,13 +146,27 @@ func (o options) transport() (connect.HTTPClient, []connect.ClientOption) {
 }
 
 // DefaultHTTPClient is the HTTP client New uses unless told otherwise: pooled keep-alive
-// connections, HTTP/2 for https:// URLs, no overall timeout (each call's context bounds it).
-func DefaultHTTPClient() *http.Client {
+// connections, HTTP/2 for https:// URLs, no overall timeout (each call's context bounds it),
+// and a request's headers and small body sent in one write (see oneWrite).
+func DefaultHTTPClient() *http.Client { return defaultHTTPClient(nil) }
+
+// defaultHTTPClient is DefaultHTTPClient trusting and presenting what tlsConfig says, when
+// it is not nil.
+func defaultHTTPClient(tlsConfig *tls.Config) *http.Client {
+	t := defaultTransport()
+	if tlsConfig != nil {
+		t.TLSClientConfig = tlsConfig.Clone()
+	}
+	return &http.Client{Transport: oneWrite{t}}
+}
+
+// defaultTransport is DefaultHTTPClient's connection pool.
+func defaultTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 256
 	t.IdleConnTimeout = 90 * time.Second
-	return &http.Client{Transport: t}
+	return t
 }
 
 // Locks is the raw lock API, for callers that manage leases themselves (like the CLI). It
