@@ -17,9 +17,11 @@ import (
 	"github.com/coordkit/coordkit/services/lock/redislock"
 )
 
-// TestTTLFractionOfAMillisecond: a ttl with a fraction of a millisecond (100.999ms) must not
-// be reported as the lease's length when Redis, which counts whole milliseconds, holds it
-// for 100: the lease would end up to a millisecond before its reported expires_at. Redis
+// TestTTLFractionOfAMillisecond: a ttl with a fraction of a millisecond (10s + 0.999ms) must
+// not be reported as the lease's length when Redis, which counts whole milliseconds, holds it
+// for 10000 ms: the lease would end up to a millisecond before its reported expires_at. (The
+// seconds only keep the key alive until PEXPIRETIME reads it on a loaded machine; the
+// fraction is what the test attacks.) Redis
 // drops a key once its clock is past the millisecond PEXPIRETIME names, so a lease ends no
 // sooner than that millisecond's end; every reported expiry, single or batched, must be
 // before it.
@@ -34,7 +36,7 @@ func TestTTLFractionOfAMillisecond(t *testing.T) {
 	raw := client.New(inst.url, client.WithBatching(0)).Locks()
 	layout := redislock.NewLayout(prefix)
 	ctx := context.Background()
-	ttl := durationpb.New(100*time.Millisecond + 999*time.Microsecond)
+	ttl := durationpb.New(10*time.Second + 999*time.Microsecond)
 	for i := range 20 {
 		single := fmt.Sprintf("single-%d", i)
 		a := must(raw.Acquire(ctx, &lockv1.AcquireRequest{Key: single, Ttl: ttl}))(t)
