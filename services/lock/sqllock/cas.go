@@ -46,7 +46,7 @@ func (b *Backend) casRow(ctx context.Context, key string, r, next row) (ok bool,
 		return ok, err
 	}
 	ok, err = b.casExec(ctx, b.st.casUpdate, key, r, next)
-	if b.retryable(ctx, err) {
+	if b.d.Victim(ctx, err) {
 		return false, nil
 	}
 	return ok, err

@@ -163,7 +163,7 @@ func (b *Backend) leaveLine(ctx context.Context, tx *sql.Tx, key, owner string) 
 // LeaveQueue implements lock.QueueBackend. It deletes owner's entry on its own: the line's
 // order does not depend on it, so it needs no lock on the key's row.
 func (b *Backend) LeaveQueue(ctx context.Context, key, owner string) error {
-	for attempt := 1; ; attempt++ {
+	err := b.d.Retry(ctx, func() error {
 		var one int
 		err := b.db.QueryRowContext(ctx, "SELECT 1 FROM "+waitersTable+
 			" WHERE scope = ? AND lock_key = ? AND owner = ?", b.scope, key, owner).Scan(&one)
@@ -174,13 +174,12 @@ func (b *Backend) LeaveQueue(ctx context.Context, key, owner string) error {
 			_, err = b.db.ExecContext(ctx, "DELETE FROM "+waitersTable+
 				" WHERE scope = ? AND lock_key = ? AND owner = ?", b.scope, key, owner)
 		}
-		if err == nil {
-			return nil
-		}
-		if !b.retryable(ctx, err) || attempt == maxRetries {
-			return lock.Unavailable(ctx, b.d.Name, err)
-		}
+		return err
+	})
+	if err != nil {
+		return lock.Unavailable(ctx, b.d.Name, err)
 	}
+	return nil
 }
 
 // lapsedEntryGrace is how long past its deadline a waiter's entry stays before the janitor

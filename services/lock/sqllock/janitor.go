@@ -19,22 +19,18 @@ const reclaimBatch = 64
 // it deleted. It runs batches until one finds fewer than a batch, and is safe to run from
 // several backends at once. The backend's janitor calls it every reclaim interval.
 func (b *Backend) Reclaim(ctx context.Context) (int, error) {
-	for attempt := 1; ; attempt++ {
-		err := b.reclaimLines(ctx)
-		if err == nil {
-			break
-		}
-		if !b.retryable(ctx, err) || attempt == maxRetries {
-			return 0, lock.Unavailable(ctx, b.d.Name, err)
-		}
+	if err := b.d.Retry(ctx, func() error { return b.reclaimLines(ctx) }); err != nil {
+		return 0, lock.Unavailable(ctx, b.d.Name, err)
 	}
-	total, victim := 0, 0
+	total := 0
 	for {
-		n, candidates, err := b.reclaimBatch(ctx)
+		var n, candidates int
+		err := b.d.Retry(ctx, func() (err error) { // a victim was rolled back whole
+			n, candidates, err = b.reclaimBatch(ctx)
+			return err
+		})
 		total += n
 		switch {
-		case b.retryable(ctx, err) && victim < maxRetries:
-			victim++ // rolled back whole as a deadlock victim: run the batch again
 		case err != nil:
 			return total, lock.Unavailable(ctx, b.d.Name, err)
 		case candidates < reclaimBatch || n == 0:

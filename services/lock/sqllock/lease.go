@@ -53,16 +53,6 @@ func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// maxRetries bounds how often a statement or transaction that InnoDB chose as a deadlock
-// victim is run again.
-const maxRetries = 10
-
-// retryable says whether err only means "chosen as a deadlock victim, nothing done": the
-// statement or transaction can run again.
-func (b *Backend) retryable(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && b.d.Deadlock != nil && b.d.Deadlock(err)
-}
-
 // placeholderMs is how long a placeholder row is safe from the janitor: its keep-free
 // period, but at least a second, which an acquirer between creating the row and taking it
 // would have to stall for.
@@ -72,12 +62,10 @@ func (b *Backend) placeholderMs() int64 { return max(b.o.keepFree, time.Second).
 // (see "Deadlocks" in the package doc), so a deadlock victim holds nothing and is run
 // again.
 func (b *Backend) createRow(ctx context.Context, key string) error {
-	for attempt := 1; ; attempt++ {
+	return b.d.Retry(ctx, func() error {
 		_, err := b.st.insertRow.ExecContext(ctx, b.scope, key, b.placeholderMs())
-		if !b.retryable(ctx, err) || attempt == maxRetries {
-			return err
-		}
-	}
+		return err
+	})
 }
 
 // missing says what inTx does when the key has no row.
@@ -106,17 +94,11 @@ func (e dbError) Unwrap() error { return e.error }
 // error; fn returns the row to write back, or nil, and wraps database failures in dbError.
 // A transaction chosen as a deadlock victim was rolled back whole and runs again.
 func (b *Backend) inTx(ctx context.Context, key string, m missing, fn func(tx *sql.Tx, r row) (*row, error)) error {
-	for attempt := 1; ; attempt++ {
-		err := b.tx(ctx, key, m, fn)
-		var de dbError
-		switch {
-		case !errors.As(err, &de):
-			return err // nil, or fn's decision
-		case b.retryable(ctx, de.error) && attempt < maxRetries:
-		default:
-			return lock.Unavailable(ctx, b.d.Name, de.error)
-		}
+	err := b.d.Retry(ctx, func() error { return b.tx(ctx, key, m, fn) })
+	if de := (dbError{}); errors.As(err, &de) {
+		return lock.Unavailable(ctx, b.d.Name, de.error)
 	}
+	return err // nil, or fn's decision
 }
 
 // tx is one try of inTx: a transaction of its own, or one in a group (see group.go).

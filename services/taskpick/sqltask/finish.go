@@ -43,12 +43,17 @@ func (b *Backend) Nack(ctx context.Context, pool, id string, token uint64, retry
 	return l.state == stDead, nil
 }
 
-// leaseWrite runs a statement guarded by leaseCheck. When it changed nothing it reads the task
-// to tell a missing task from a stale lease. MySQL counts changed rows, not matched ones, so
-// a statement that may leave the row as it was (unchangedOK: an Extend to the end the lease
-// already had) succeeded when the lease is still the caller's.
+// leaseWrite runs a statement guarded by leaseCheck, again when InnoDB chose it as a
+// deadlock victim (racing finishes of one lease do that). When it changed nothing it reads
+// the task to tell a missing task from a stale lease. MySQL counts changed rows, not matched
+// ones, so a statement that may leave the row as it was (unchangedOK: an Extend to the end
+// the lease already had) succeeded when the lease is still the caller's.
 func (b *Backend) leaseWrite(ctx context.Context, pool, id string, token uint64, unchangedOK bool, exec func() (sql.Result, error)) error {
-	res, err := exec()
+	var res sql.Result
+	err := b.d.Retry(ctx, func() (err error) {
+		res, err = exec()
+		return err
+	})
 	if err != nil {
 		return b.fail(ctx, err)
 	}

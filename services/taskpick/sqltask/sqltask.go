@@ -105,18 +105,10 @@ func (b *Backend) fail(ctx context.Context, err error) error {
 	return server.Unavailable(ctx, taskpick.ErrUnavailable, b.d.Name, err)
 }
 
-// maxRetries bounds how often a transaction that InnoDB chose as a deadlock victim runs again.
-const maxRetries = 10
-
 // tx runs fn in a transaction, again when the database rolled it back as a deadlock victim
 // (nothing of it was applied).
 func (b *Backend) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	for attempt := 0; ; attempt++ {
-		err := b.tryTx(ctx, fn)
-		if err == nil || attempt == maxRetries || ctx.Err() != nil || !b.d.Deadlock(err) {
-			return err
-		}
-	}
+	return b.d.Retry(ctx, func() error { return b.tryTx(ctx, fn) })
 }
 
 func (b *Backend) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {

@@ -91,8 +91,10 @@ func (b *Backend) purgeDone(ctx context.Context, limit int) error {
 	if b.d.Name == "sqlite" { // DELETE … LIMIT is a compile-time option there
 		q = "DELETE FROM " + table + " WHERE seq IN (SELECT seq FROM " + table + cond + " LIMIT ?)"
 	}
-	_, err := b.db.ExecContext(ctx, q, limit)
-	return err
+	return b.d.Retry(ctx, func() error {
+		_, err := b.db.ExecContext(ctx, q, limit)
+		return err
+	})
 }
 
 // randomExpr draws a new random position per row.
