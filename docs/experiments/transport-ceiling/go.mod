@@ -1,0 +1,3 @@
+module coordkit.dev/experiments/transportceiling
+
+go 1.26
