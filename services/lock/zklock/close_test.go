@@ -51,3 +51,30 @@ func TestCloseLeavesSessionToExpire(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestCloseTakesBackOrphans: a graceful Close removes the waiter nodes its calls left to
+// housekeeping before it drops the connection (the session, and so any lease, is left to
+// expire): they would otherwise hold everyone behind them in line until their ttl. The
+// orphan is queued without waking housekeeping, so only Close can take it back in time.
+func TestCloseTakesBackOrphans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	root := testRoot(t)
+	const key = "orphan"
+	// a's session outlasts waitLine's 5s: its expiry cannot empty the line in time.
+	a, watcher := openSession(t, root, 15*time.Second), openTest(t, root)
+	path, err := a.enqueue(ctx, a.parentPath(key), false, nodeData{Owner: "gone", TTLms: time.Minute.Milliseconds()})
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	waitLine(t, watcher, key, 1)
+	a.orphans.retry(orphan{path: path})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitLine(t, watcher, key, 0)
+	att, err := watcher.TryAcquire(ctx, key, "next", time.Second)
+	if err != nil || !att.Acquired {
+		t.Fatalf("the next caller: (%+v, %v), want the lock at once", att, err)
+	}
+}

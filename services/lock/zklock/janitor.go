@@ -19,6 +19,9 @@ import (
 // housekeepingTick paces retries and the clock refresh.
 const housekeepingTick = 5 * time.Second
 
+// closeReclaimTimeout bounds the last round of reclaims a graceful Close runs.
+const closeReclaimTimeout = 2 * time.Second
+
 // clockRefresh is the age after which an idle backend samples the leader's clock again.
 const clockRefresh = time.Minute
 
@@ -35,6 +38,7 @@ type orphanList struct {
 	mu    sync.Mutex
 	items []orphan
 	kick  chan struct{}
+	round sync.Mutex // held while a round of reclaims runs
 }
 
 func (o *orphanList) init() { o.kick = make(chan struct{}, 1) }
@@ -96,16 +100,24 @@ func (b *Backend) housekeeping() {
 				b.log.Debug("zklock: clock sample failed", "err", err)
 			}
 		}
-		for _, o := range b.orphans.take() {
-			if err := b.reclaim(ctx, o); err != nil {
-				if errors.Is(err, lock.ErrUnavailable) {
-					b.orphans.retry(o) // at the next tick, or the next session change
-				} else {
-					b.log.Warn("zklock: could not remove an orphaned lock node; it ends with its ttl", "node", o.path+o.prefix, "err", err)
-				}
+		b.reclaimOrphans(ctx)
+		cancel()
+	}
+}
+
+// reclaimOrphans takes back every orphan queued so far. Rounds run one at a time, so the last
+// one Close runs also waits for housekeeping's.
+func (b *Backend) reclaimOrphans(ctx context.Context) {
+	b.orphans.round.Lock()
+	defer b.orphans.round.Unlock()
+	for _, o := range b.orphans.take() {
+		if err := b.reclaim(ctx, o); err != nil {
+			if errors.Is(err, lock.ErrUnavailable) {
+				b.orphans.retry(o) // at the next tick, or the next session change
+			} else {
+				b.log.Warn("zklock: could not remove an orphaned lock node; it ends with its ttl", "node", o.path+o.prefix, "err", err)
 			}
 		}
-		cancel()
 	}
 }
 

@@ -9,12 +9,15 @@ import (
 
 // TestWaitEndsWithCause: a wait ended by its context reports the context's cause, such as
 // the server's shutdown (which callers must see as unavailable), not just "canceled", and
-// leaves the line.
+// leaves the line before it returns: the server closes its backends right after its calls
+// end, and a waiter node left behind would hold the line for its ttl (the wait plus
+// waitGrace, here 22s).
 func TestWaitEndsWithCause(t *testing.T) {
 	t.Parallel()
 	root := testRoot(t)
 	const key = "cause"
-	holder, waiter := openTest(t, root), openTest(t, root)
+	// The waiter's session outlasts waitLine's 5s: only leave can empty the line in time.
+	holder, waiter := openTest(t, root), openSession(t, root, 15*time.Second)
 	mustAcquire(t, holder, key, "holder", 0)
 	shutdown := errors.New("test: server shutting down")
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -32,6 +35,9 @@ func TestWaitEndsWithCause(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("wait still running 5s after its context ended")
+	}
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
 	}
 	waitLine(t, holder, key, 1)
 }

@@ -185,7 +185,9 @@ func (b *Backend) start(ctx context.Context) error {
 // lock whose holder was told it is held until a later expires_at (every reported expiry is
 // capped at the session timeout, so expiry never comes before it). Holders keep their locks
 // across a graceful restart of this instance by renewing through another one, which takes
-// the lease node over. Background work stops before Close returns.
+// the lease node over. Waiter nodes are not leases: those that calls left behind are removed
+// first (for up to two seconds), so nobody waits behind them. Background work stops before
+// Close returns.
 func (b *Backend) Close() error {
 	b.close(false)
 	return nil
@@ -202,6 +204,15 @@ func (b *Backend) CloseSession() error {
 
 func (b *Backend) close(endSession bool) {
 	b.closing.Do(func() {
+		if !endSession && b.connected() {
+			// The calls through this backend have ended (a server drains them before it
+			// closes its backends), but the waiter nodes some of them left to housekeeping
+			// would hold their lines until their ttl: take them back while the session is
+			// still ours. Ending the session would too, but also free the leases.
+			ctx, cancel := context.WithTimeout(b.life, closeReclaimTimeout)
+			b.reclaimOrphans(ctx)
+			cancel()
+		}
 		b.mu.Lock()
 		b.closed = true
 		b.mu.Unlock()
