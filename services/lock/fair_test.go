@@ -145,6 +145,62 @@ func TestFairCancelLeavesLine(t *testing.T) {
 	}
 }
 
+// TestFairShutdownLeavesLine: a graceful stop of the instance a fair waiter waits through
+// (SIGTERM: its waits end as unavailable, then the service and its backends close) must
+// take the waiter's entry out of the line before the backend closes, even when the backend
+// answers slowly just then; the next fair waiter must not wait out the entry's lease (5s)
+// behind a caller that is gone.
+func TestFairShutdownLeavesLine(t *testing.T) {
+	t.Parallel()
+	for _, cc := range cutCases {
+		if cc.name != "redis" && cc.name != "mysql" {
+			continue // the networked backends with a line of waiters
+		}
+		t.Run(cc.name, func(t *testing.T) {
+			t.Parallel()
+			proxied, direct, proxies := cc.open(t)
+			busA, busB := busPair(t)
+			serve := func(b lock.Backend, bus *event.Bus) *instance {
+				return serveLock(t, lock.Config{Backends: map[string]lock.Backend{cc.name: b}, Recheck: -1, Events: bus})
+			}
+			stopping, staying := serve(proxied, busA), serve(direct, busB)
+			const key, ttl = "fair-shutdown", 30 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			holder := must(acquireWithin(ctx, staying.client, key, ttl))(t)
+			gone := acquireAsync(ctx, stopping.client, waitFor(key, ttl, time.Minute, true))
+			inLine(t, cc.name, 1, stopping, staying)
+			// The stopping instance's backend falls silent for 300ms as the stop begins: its
+			// waiter's leaving is still on the wire when the HTTP server has drained.
+			for _, p := range proxies {
+				p.Stall()
+			}
+			time.AfterFunc(300*time.Millisecond, func() {
+				for _, p := range proxies {
+					p.Resume()
+				}
+			})
+			if err := errors.Join(stopping.stop(), stopping.svc.Close()); err != nil { // as coord serve stops
+				t.Fatalf("stop: %v", err)
+			}
+			if r := <-gone; connect.CodeOf(r.err) != connect.CodeUnavailable {
+				t.Fatalf("the stopped instance's waiter = %v, %v; want unavailable", r.res, r.err)
+			}
+			next := acquireAsync(ctx, staying.client, waitFor(key, ttl, time.Minute, true))
+			inLine(t, cc.name, 1, staying)
+			must(staying.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: holder.GetOwner(), FencingToken: holder.GetFencingToken()}))(t)
+			released := time.Now()
+			r := <-next
+			if r.err != nil || !r.res.GetAcquired() {
+				t.Fatalf("the next waiter = %v, %v", r.res, r.err)
+			}
+			if took := time.Since(released); took > 2500*time.Millisecond {
+				t.Fatalf("the next waiter got the lock %v after the release: it waited out the stopped instance's entry", took)
+			}
+		})
+	}
+}
+
 // TestFairDeadInstanceSkipped: the first fair waiter's instance loses its backend and is
 // stopped, so its entry is never taken out of the line; the second waiter, on another
 // instance, gets the lock once that entry's lease (2s here) passes, not at its own wait's end.

@@ -115,6 +115,8 @@ type instance struct {
 	// stop shuts the service down as SIGTERM would and returns Serve's result; the test's
 	// cleanup calls it too, and later calls return the first result.
 	stop func() error
+	// svc is the service, for tests that close it after stop, as coord serve does.
+	svc *lock.Service
 }
 
 // startInstance serves a lock service on b through the real server bootstrap on a loopback

@@ -64,6 +64,9 @@ type Service struct {
 	slots    map[string]slots // per backend, see Config.WaitAttempts
 	metrics  *metrics
 	log      *slog.Logger
+	// background runs the calls a request leaves behind (a fair waiter leaving its line);
+	// Close waits for them before it closes the backends.
+	background tracked
 }
 
 var _ lockv1connect.LockServiceHandler = (*Service)(nil)
@@ -119,6 +122,7 @@ func NewService(cfg Config) (*Service, error) {
 func (s *Service) Close() error {
 	s.stopEvents()
 	s.expiries.stop()
+	s.background.close() // each call bounded by leaveQueueTimeout
 	var errs []error
 	for _, b := range s.backends {
 		errs = append(errs, b.Close())

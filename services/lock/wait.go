@@ -188,16 +188,18 @@ const leaveQueueTimeout = 2 * time.Second
 
 // leaveQueue takes a fair waiter that did not get the lock out of the backend's line at
 // once, so the waiters behind it do not wait out its entry's lease. It runs even when the
-// request was canceled (that is when it matters most), in the background.
+// request was canceled (that is when it matters most), in the background; Close waits for
+// it before it closes the backend, so a server's shutdown, which cancels its waits, does not
+// leave their entries behind.
 func (s *Service) leaveQueue(ctx context.Context, name string, queue QueueBackend, key, owner string) {
-	go func() {
+	s.background.Go(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveQueueTimeout)
 		defer cancel()
 		if err := queue.LeaveQueue(ctx, key, owner); err != nil {
 			s.log.DebugContext(ctx, "lock: a fair waiter could not leave the line; its entry's lease will end it",
 				"backend", name, "key", key, "error", err)
 		}
-	}()
+	})
 }
 
 // acquireFair hands the wait to a backend that queues natively, again with what is left of

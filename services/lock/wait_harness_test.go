@@ -35,7 +35,7 @@ func serveLock(t *testing.T, cfg lock.Config) *instance {
 	}
 	srv.Handle(lockv1connect.NewLockServiceHandler(svc, srv.HandlerOptions()...))
 	url, stop := testenv.Serve(t, srv)
-	return &instance{url: url, client: client.New(url), stop: stop}
+	return &instance{url: url, client: client.New(url), stop: stop, svc: svc}
 }
 
 // metricValue reads the sample of series (name and labels as /metrics prints them, e.g.
