@@ -13,6 +13,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/event"
+	"github.com/coordkit/coordkit/libs/testenv"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/services/lock"
 )
@@ -28,6 +29,29 @@ func fairBackends() []backendCase {
 		}
 	}
 	return out
+}
+
+// fairCutCases are the cut cases of the networked backends that keep a line of waiters.
+func fairCutCases() []cutCase {
+	var out []cutCase
+	for _, cc := range cutCases {
+		if cc.name == "redis" || cc.name == "mysql" {
+			out = append(out, cc)
+		}
+	}
+	return out
+}
+
+// proxiedPair serves two instances on one store of cc, sharing events: the first reaches
+// the backend through proxies the test can stall or cut, the second directly. entryTTL is
+// their Config.FairEntryTTL (0: the default).
+func proxiedPair(t *testing.T, cc cutCase, entryTTL time.Duration) (proxied, direct *instance, proxies []*testenv.Proxy) {
+	viaProxies, straight, proxies := cc.open(t)
+	busA, busB := busPair(t)
+	serve := func(b lock.Backend, bus *event.Bus) *instance {
+		return serveLock(t, lock.Config{Backends: map[string]lock.Backend{cc.name: b}, Recheck: -1, FairEntryTTL: entryTTL, Events: bus})
+	}
+	return serve(viaProxies, busA), serve(straight, busB), proxies
 }
 
 func acquireFair(ctx context.Context, c *client.Client, key string, ttl, wait time.Duration) (*lockv1.AcquireResponse, error) {
@@ -152,18 +176,10 @@ func TestFairCancelLeavesLine(t *testing.T) {
 // behind a caller that is gone.
 func TestFairShutdownLeavesLine(t *testing.T) {
 	t.Parallel()
-	for _, cc := range cutCases {
-		if cc.name != "redis" && cc.name != "mysql" {
-			continue // the networked backends with a line of waiters
-		}
+	for _, cc := range fairCutCases() {
 		t.Run(cc.name, func(t *testing.T) {
 			t.Parallel()
-			proxied, direct, proxies := cc.open(t)
-			busA, busB := busPair(t)
-			serve := func(b lock.Backend, bus *event.Bus) *instance {
-				return serveLock(t, lock.Config{Backends: map[string]lock.Backend{cc.name: b}, Recheck: -1, Events: bus})
-			}
-			stopping, staying := serve(proxied, busA), serve(direct, busB)
+			stopping, staying, proxies := proxiedPair(t, cc, 0)
 			const key, ttl = "fair-shutdown", 30 * time.Second
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -206,22 +222,10 @@ func TestFairShutdownLeavesLine(t *testing.T) {
 // instance, gets the lock once that entry's lease (2s here) passes, not at its own wait's end.
 func TestFairDeadInstanceSkipped(t *testing.T) {
 	t.Parallel()
-	for _, cc := range cutCases {
-		if cc.name != "redis" && cc.name != "mysql" {
-			continue // the networked backends with a line of waiters
-		}
+	for _, cc := range fairCutCases() {
 		t.Run(cc.name, func(t *testing.T) {
 			t.Parallel()
-			proxied, direct, proxies := cc.open(t)
-			busA, busB := busPair(t)
-			const entryTTL = 2 * time.Second
-			serve := func(b lock.Backend, bus *event.Bus) *instance {
-				return serveLock(t, lock.Config{
-					Backends: map[string]lock.Backend{cc.name: b}, Recheck: -1, FairEntryTTL: entryTTL, Events: bus,
-				})
-			}
-			doomed := serve(proxied, busA)
-			survivor := serve(direct, busB)
+			doomed, survivor, proxies := proxiedPair(t, cc, 2*time.Second)
 			const key, ttl = "fair-dead", 30 * time.Second
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
