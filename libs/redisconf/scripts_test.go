@@ -30,7 +30,7 @@ func (f *inFlight) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (f *inFlight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if handshake(cmd) {
+		if testenv.RedisHandshake(cmd) {
 			return next(ctx, cmd)
 		}
 		f.enter()
@@ -41,7 +41,7 @@ func (f *inFlight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (f *inFlight) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if handshake(cmds[0]) {
+		if testenv.RedisHandshake(cmds[0]) {
 			return next(ctx, cmds)
 		}
 		f.enter()
@@ -99,15 +99,6 @@ func TestRunScriptsShareTheSlots(t *testing.T) {
 	if p := f.peak.Load(); p > 2 {
 		t.Errorf("%d round trips in flight at once; a Pipelined scripter keeps at most 2", p)
 	}
-}
-
-// handshake reports whether cmd is part of the set-up go-redis sends on a new connection.
-func handshake(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "client", "auth", "select":
-		return true
-	}
-	return false
 }
 
 // panicky is a Scripter whose scripts panic: a bug in a driver.

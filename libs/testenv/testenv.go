@@ -36,6 +36,16 @@ func Redis(t testing.TB, addr string) *redis.Client {
 	return rdb
 }
 
+// RedisHandshake reports whether cmd is part of the set-up go-redis sends on a connection it
+// dials (HELLO, CLIENT SETINFO, AUTH, SELECT), for hooks that count a test's own commands.
+func RedisHandshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
+}
+
 // Prefix returns a prefix unique to this test run, so tests sharing a backend never meet.
 func Prefix(t testing.TB) string {
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())

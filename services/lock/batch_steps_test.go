@@ -32,7 +32,7 @@ func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !handshake(cmd) {
+		if !testenv.RedisHandshake(cmd) {
 			r.mu.Lock()
 			r.alone = append(r.alone, cmd.Name())
 			r.mu.Unlock()
@@ -45,7 +45,7 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		n := 0
 		for _, cmd := range cmds {
-			if !handshake(cmd) {
+			if !testenv.RedisHandshake(cmd) {
 				n++
 			}
 		}
@@ -56,15 +56,6 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		return next(ctx, cmds)
 	}
-}
-
-// handshake reports whether cmd is part of the set-up go-redis sends on a new connection.
-func handshake(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "client", "auth", "select":
-		return true
-	}
-	return false
 }
 
 func (r *roundTrips) reset() {
