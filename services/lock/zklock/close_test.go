@@ -2,8 +2,12 @@ package zklock
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/coordkit/coordkit/libs/testenv"
 )
 
 // TestCloseLeavesSessionToExpire: a graceful Close (a coord instance's SIGTERM) must not free
@@ -76,5 +80,38 @@ func TestCloseTakesBackOrphans(t *testing.T) {
 	att, err := watcher.TryAcquire(ctx, key, "next", time.Second)
 	if err != nil || !att.Acquired {
 		t.Fatalf("the next caller: (%+v, %v), want the lock at once", att, err)
+	}
+}
+
+// TestCloseBoundedOnSilentEnsemble: with ZooKeeper silent while housekeeping is in the middle
+// of taking an orphan back, Close gives up on the orphans after closeReclaimTimeout instead of
+// waiting for housekeeping's round, which only ends when the client library gives up on the
+// connection (two thirds of the session timeout).
+func TestCloseBoundedOnSilentEnsemble(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	root := testRoot(t)
+	p := testenv.NewProxy(t, testenv.ZooKeeperAddrs()[0])
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	a, err := Open(octx, []string{p.Addr()}, Config{Root: root, SessionTimeout: 15 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := a.enqueue(ctx, a.parentPath("silent"), false, nodeData{Owner: "gone", TTLms: time.Minute.Milliseconds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	defer p.Resume()
+	a.orphans.add(orphan{path: path}) // wakes housekeeping, whose delete now hangs
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > closeReclaimTimeout+2*time.Second {
+		t.Errorf("Close took %v on a silent ensemble, want about closeReclaimTimeout (%v)", d, closeReclaimTimeout)
 	}
 }

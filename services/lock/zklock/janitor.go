@@ -38,10 +38,13 @@ type orphanList struct {
 	mu    sync.Mutex
 	items []orphan
 	kick  chan struct{}
-	round sync.Mutex // held while a round of reclaims runs
+	round chan struct{} // one slot, held while a round of reclaims runs
 }
 
-func (o *orphanList) init() { o.kick = make(chan struct{}, 1) }
+func (o *orphanList) init() {
+	o.kick = make(chan struct{}, 1)
+	o.round = make(chan struct{}, 1)
+}
 
 // add queues an orphan and wakes housekeeping.
 func (o *orphanList) add(x orphan) {
@@ -105,20 +108,33 @@ func (b *Backend) housekeeping() {
 	}
 }
 
-// reclaimOrphans takes back every orphan queued so far. Rounds run one at a time, so the last
-// one Close runs also waits for housekeeping's.
+// reclaimOrphans takes back every orphan queued so far, as long as ctx allows. Rounds run one
+// at a time (the last one Close runs waits for housekeeping's, within its own ctx); an orphan
+// a round could not take back for want of a session or of time stays queued.
 func (b *Backend) reclaimOrphans(ctx context.Context) {
-	b.orphans.round.Lock()
-	defer b.orphans.round.Unlock()
+	select {
+	case b.orphans.round <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-b.orphans.round }()
 	for _, o := range b.orphans.take() {
-		if err := b.reclaim(ctx, o); err != nil {
-			if errors.Is(err, lock.ErrUnavailable) {
-				b.orphans.retry(o) // at the next tick, or the next session change
-			} else {
-				b.log.Warn("zklock: could not remove an orphaned lock node; it ends with its ttl", "node", o.path+o.prefix, "err", err)
-			}
+		err := b.reclaim(ctx, o)
+		switch {
+		case err == nil:
+		case errors.Is(err, lock.ErrUnavailable) || ctx.Err() != nil:
+			b.orphans.retry(o) // at the next tick, or the next session change
+		default:
+			b.log.Warn("zklock: could not remove an orphaned lock node; it ends with its ttl", "node", o.path+o.prefix, "err", err)
 		}
 	}
+}
+
+// left is how many orphans are queued.
+func (o *orphanList) left() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.items)
 }
 
 // reclaim deletes one orphan and then its key's parent when the line is empty.

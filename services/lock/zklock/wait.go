@@ -47,7 +47,7 @@ func (b *Backend) waitTurn(ctx context.Context, key, parent, path, owner string,
 		changed := b.state.changed()
 		line, _, err := b.children(ctx, parent)
 		if err != nil {
-			b.leave(path)
+			b.leave(ctx, path)
 			return lock.Attempt{}, err
 		}
 		i := position(line, name)
@@ -62,18 +62,18 @@ func (b *Backend) waitTurn(ctx context.Context, key, parent, path, owner string,
 		case moved(err):
 			continue
 		case err != nil:
-			b.leave(path)
+			b.leave(ctx, path)
 			return lock.Attempt{}, err
 		case b.clock.expired(time.Now(), ahead):
 			if err := b.expire(ctx, ahead); err != nil {
-				b.leave(path)
+				b.leave(ctx, path)
 				return lock.Attempt{}, err
 			}
 			continue
 		case i == 1 && ahead.holding() && ahead.data.Owner == owner:
 			// The owner already holds the lock (it was granted through another call
 			// meanwhile): re-enter rather than wait behind ourselves.
-			b.leave(path)
+			b.leave(ctx, path)
 			att, err := b.reenter(ctx, key, ahead, ttl)
 			if moved(err) {
 				// The lease changed meanwhile: queue again and look anew.
@@ -89,18 +89,18 @@ func (b *Backend) waitTurn(ctx context.Context, key, parent, path, owner string,
 			b.wakeups.Add(1)
 		case <-timer.C:
 			if !time.Now().Before(deadline) {
-				b.leave(path)
+				b.leave(ctx, path)
 				return b.holder(ctx, parent)
 			}
 		case <-changed:
 			timer.Stop()
 			if !b.connected() {
-				b.leave(path)
+				b.leave(ctx, path)
 				return lock.Attempt{}, lock.Unavailable(ctx, engine, fmt.Errorf("zklock: key %q: lost the ZooKeeper session while waiting", key))
 			}
 		case <-ctx.Done():
 			timer.Stop()
-			b.leave(path)
+			b.leave(ctx, path)
 			// The cause, not ctx.Err(): a wait ended by the server's shutdown must reach
 			// the caller as that (unavailable), like every other backend's.
 			return lock.Attempt{}, context.Cause(ctx)
@@ -128,7 +128,7 @@ func (b *Backend) promote(ctx context.Context, key, path, owner string, ttl time
 		return lock.Attempt{}, errMoved
 	case err != nil:
 		// Not promoted (or not knowingly): our node must not stay first in line.
-		b.leave(path)
+		b.leave(ctx, path)
 		return lock.Attempt{}, err
 	}
 	e := &entry{path: path, data: d, stat: st}
@@ -142,15 +142,20 @@ const leaveTimeout = time.Second
 
 // leave takes our waiter node out of the line: at once when the session allows, otherwise
 // housekeeping does when it is back (with the session gone, the node is gone too). The delete
-// runs on the backend's life, not the call's context, which has often ended (the caller gave
-// up, or the server is shutting down and is about to close this backend): left to
-// housekeeping, the node could outlive the backend and hold everyone behind it in line until
-// its ttl, the wait plus waitGrace. (etcd's concurrency.Mutex likewise gives its key back on
-// the client's context when a Lock's context ends.)
-func (b *Backend) leave(path string) {
+// runs on the backend's life, not on ctx, the call's context, which has often ended (the
+// caller gave up, or the server is shutting down and is about to close this backend): left
+// to housekeeping, the node could outlive the backend and hold everyone behind it in line
+// until its ttl, the wait plus waitGrace. (etcd's concurrency.Mutex likewise gives its key
+// back on the client's context when a Lock's context ends.) While the caller still waits
+// for the answer, the delete keeps to its deadline.
+func (b *Backend) leave(ctx context.Context, path string) {
 	if b.connected() {
-		ctx, cancel := context.WithTimeout(b.life, leaveTimeout)
-		err := b.delete(ctx, path, 0)
+		end := time.Now().Add(leaveTimeout)
+		if d, ok := ctx.Deadline(); ok && ctx.Err() == nil && d.Before(end) {
+			end = d
+		}
+		dctx, cancel := context.WithDeadline(b.life, end)
+		err := b.delete(dctx, path, 0)
 		cancel()
 		if err == nil || moved(err) {
 			return

@@ -9,9 +9,9 @@ import (
 
 // TestWaitEndsWithCause: a wait ended by its context reports the context's cause, such as
 // the server's shutdown (which callers must see as unavailable), not just "canceled", and
-// leaves the line before it returns: the server closes its backends right after its calls
-// end, and a waiter node left behind would hold the line for its ttl (the wait plus
-// waitGrace, here 22s).
+// leaves the line before it returns, not through housekeeping: the server closes its
+// backends right after its calls end, and a waiter node left behind would hold the line for
+// its ttl (the wait plus waitGrace, here 22s).
 func TestWaitEndsWithCause(t *testing.T) {
 	t.Parallel()
 	root := testRoot(t)
@@ -35,6 +35,15 @@ func TestWaitEndsWithCause(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("wait still running 5s after its context ended")
+	}
+	// Gone already, read through the waiter's own session (which sees its own writes), not
+	// left for housekeeping or Close to take back.
+	names, _, err := waiter.conn.Children(waiter.parentPath(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(queueOrder(names)); n != 1 {
+		t.Fatalf("the line has %d nodes when the wait has returned, want 1 (the holder's)", n)
 	}
 	if err := waiter.Close(); err != nil {
 		t.Fatal(err)

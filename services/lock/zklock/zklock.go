@@ -212,6 +212,9 @@ func (b *Backend) close(endSession bool) {
 			ctx, cancel := context.WithTimeout(b.life, closeReclaimTimeout)
 			b.reclaimOrphans(ctx)
 			cancel()
+			if n := b.orphans.left(); n > 0 {
+				b.log.Warn("zklock: closing with orphaned lock nodes not taken back; they end with their ttl or the session", "nodes", n)
+			}
 		}
 		b.mu.Lock()
 		b.closed = true
