@@ -182,8 +182,9 @@ func (s *Service) try(ctx context.Context, name string, b Backend, queue QueueBa
 	return tryAcquire(ctx, key, owner, ttl)
 }
 
-// leaveQueueTimeout bounds the call that takes a fair waiter that gave up out of the
-// backend's line; if it fails, the entry's own lease ends it.
+// leaveQueueTimeout bounds the clean-up calls a request makes after its context may have
+// ended: taking a fair waiter that gave up out of the backend's line (if it fails, the
+// entry's own lease ends it) and dropping the holds of lost attempts.
 const leaveQueueTimeout = 2 * time.Second
 
 // leaveQueue takes a fair waiter that did not get the lock out of the backend's line at
@@ -228,6 +229,10 @@ func (s *Service) acquireFair(ctx context.Context, name string, fb FairBackend, 
 // the holds it really has.
 func (s *Service) dropLostHolds(ctx context.Context, name string, b Backend, key, owner string, att Attempt) Attempt {
 	extra := att.Lease.HoldCount - 1
+	// The answer may still reach the caller after ctx ends (a shutdown cancels requests but
+	// sends their answers): the holds must go all the same, or a fresh owner would hold twice.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveQueueTimeout)
+	defer cancel()
 	for att.Lease.HoldCount > 1 {
 		remaining, _, err := b.Release(ctx, key, owner, att.Lease.FencingToken)
 		if err != nil {

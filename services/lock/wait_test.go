@@ -188,12 +188,17 @@ func TestWaitersBounded(t *testing.T) {
 type answerLoser struct {
 	lock.Backend
 	armed atomic.Bool
+	// reentered, when set, runs after an attempt that re-entered a lock, before it answers.
+	reentered func(ctx context.Context)
 }
 
 func (l *answerLoser) TryAcquire(ctx context.Context, key, owner string, ttl time.Duration) (lock.Attempt, error) {
 	att, err := l.Backend.TryAcquire(ctx, key, owner, ttl)
 	if err == nil && l.armed.CompareAndSwap(true, false) {
 		return lock.Attempt{}, lock.Unavailable(ctx, "test", fmt.Errorf("reply lost after the attempt took effect (acquired=%v)", att.Acquired))
+	}
+	if err == nil && att.Lease.HoldCount > 1 && l.reentered != nil {
+		l.reentered(ctx)
 	}
 	return att, err
 }
@@ -220,5 +225,56 @@ func TestWaitRetryAfterLostAnswer(t *testing.T) {
 	}
 	if st := inspect(t, inst.client, "k"); st.GetHeld() {
 		t.Fatalf("lock still held after its only release: %v", st)
+	}
+}
+
+// TestLostHoldsDroppedDuringShutdown: as TestWaitRetryAfterLostAnswer, but the server starts
+// shutting down, which cancels the request, just as the retry has re-entered the lock. The
+// answer still reaches the caller (a shutdown sends the answers of the calls it drains), so
+// the lost attempt's hold must be dropped all the same: the caller gets one hold, which one
+// Release frees, and the store holds no more.
+func TestLostHoldsDroppedDuringShutdown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := sqliteStore(t)(t)
+	retried := make(chan struct{})
+	b := &answerLoser{Backend: store, reentered: func(ctx context.Context) {
+		close(retried)
+		<-ctx.Done() // the shutdown
+	}}
+	inst := serveLock(t, lock.Config{Backends: map[string]lock.Backend{"sqlite": b}})
+	b.armed.Store(true)
+	type answer struct {
+		res *lockv1.AcquireResponse
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := acquire(ctx, inst.client, "k", "", time.Minute, 10*time.Second)
+		got <- answer{res, err}
+	}()
+	select {
+	case <-retried:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retry never re-entered the lock")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- inst.stop() }()
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("acquire = %v; want the lease: the attempt took the lock before the shutdown", a.err)
+	}
+	if !a.res.GetAcquired() || a.res.GetLease().GetHoldCount() != 1 {
+		t.Fatalf("acquire = %v, want acquired with hold count 1", a.res)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	st, err := store.Inspect(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.HoldCount != 1 {
+		t.Fatalf("the store holds the lock %d times, want once (the caller's)", st.HoldCount)
 	}
 }
