@@ -178,3 +178,26 @@ func eventually(t *testing.T, d time.Duration, f func() error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestOpenHonoursDeadlines: a call on a client Open built returns when its context's
+// deadline passes, even when Redis has gone silent mid-call, not after go-redis's own read
+// timeout (3s): a service's handlers, and its shutdown waiting for them, keep to their
+// callers' deadlines.
+func TestOpenHonoursDeadlines(t *testing.T) {
+	t.Parallel()
+	p := testenv.NewProxy(t, testenv.RedisAddr())
+	rdb, err := redisconf.Open(context.Background(), redisconf.Config{URL: "redis://" + p.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	p.Stall()
+	defer p.Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = rdb.Get(ctx, t.Name()).Err()
+	if took := time.Since(start); err == nil || took > 2*time.Second {
+		t.Fatalf("GET on a silent Redis with a 300ms deadline: %v after %v, want a timeout at about 300ms", err, took)
+	}
+}

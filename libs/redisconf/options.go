@@ -33,6 +33,9 @@ type Options struct {
 //     re-entry as two holds. A URL that asks for retries (max_retries or max_redirects above
 //     0) is refused.
 //   - a pool of DefaultPoolSize connections unless the URL sets pool_size.
+//   - replies awaited no longer than the call's context allows (ContextTimeoutEnabled):
+//     without it go-redis waits out its own read timeout (3s) whatever the deadline, and a
+//     stalled server holds a call, and a shutdown waiting for it, past its deadline.
 //
 // Errors never contain the URL's password.
 func Parse(rawURL string) (*Options, error) {
@@ -64,7 +67,7 @@ func (o *Options) NewClient() redis.UniversalClient {
 
 // applyDefaults sets the pool size and turns retries off, refusing a URL that asked for them.
 func (o *Options) applyDefaults() error {
-	retries, redirects, pool, tlsConf := o.fields()
+	retries, redirects, pool, contextTimeout, tlsConf := o.fields()
 	if *retries > 0 {
 		return fmt.Errorf("redisconf: max_retries=%d: the backends' scripts must not be retried blindly; leave it out", *retries)
 	}
@@ -82,6 +85,7 @@ func (o *Options) applyDefaults() error {
 	if *pool == 0 {
 		*pool = DefaultPoolSize
 	}
+	*contextTimeout = true
 	if t := *tlsConf; t != nil {
 		t.MinVersion = max(t.MinVersion, tls.VersionTLS12)
 		if o.Kind != Single {
@@ -94,26 +98,29 @@ func (o *Options) applyDefaults() error {
 }
 
 // fields points at the settings applyDefaults and trustCAFile change in o's options.
-func (o *Options) fields() (retries, redirects, pool *int, tlsConf **tls.Config) {
+func (o *Options) fields() (retries, redirects, pool *int, contextTimeout *bool, tlsConf **tls.Config) {
 	switch o.Kind {
 	case Sentinel:
-		return &o.Failover.MaxRetries, nil, &o.Failover.PoolSize, &o.Failover.TLSConfig
+		f := o.Failover
+		return &f.MaxRetries, nil, &f.PoolSize, &f.ContextTimeoutEnabled, &f.TLSConfig
 	case Cluster:
-		return &o.Cluster.MaxRetries, &o.Cluster.MaxRedirects, &o.Cluster.PoolSize, &o.Cluster.TLSConfig
+		c := o.Cluster
+		return &c.MaxRetries, &c.MaxRedirects, &c.PoolSize, &c.ContextTimeoutEnabled, &c.TLSConfig
 	}
-	return &o.Simple.MaxRetries, nil, &o.Simple.PoolSize, &o.Simple.TLSConfig
+	r := o.Simple
+	return &r.MaxRetries, nil, &r.PoolSize, &r.ContextTimeoutEnabled, &r.TLSConfig
 }
 
 // TLS reports whether o connects over TLS.
 func (o *Options) TLS() bool {
-	_, _, _, t := o.fields()
+	_, _, _, _, t := o.fields()
 	return *t != nil
 }
 
 // trustCAFile verifies the servers against the certificate authorities in the PEM file
 // path instead of the system's roots.
 func (o *Options) trustCAFile(path string) error {
-	_, _, _, t := o.fields()
+	_, _, _, _, t := o.fields()
 	if *t == nil {
 		return errors.New("redisconf: a CA file needs a TLS URL (rediss://, rediss+sentinel:// or rediss+cluster://)")
 	}

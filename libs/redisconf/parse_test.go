@@ -20,6 +20,7 @@ type got struct {
 	db, pool, retries          int
 	redirects                  int
 	tls, skipVerify            bool
+	contextTimeout             bool
 }
 
 func read(o *redisconf.Options) got {
@@ -28,17 +29,17 @@ func read(o *redisconf.Options) got {
 	case redisconf.Single:
 		s := o.Simple
 		g.addrs, g.user, g.pass, g.db, g.pool, g.retries = []string{s.Addr}, s.Username, s.Password, s.DB, s.PoolSize, s.MaxRetries
-		g.tls = s.TLSConfig != nil
+		g.tls, g.contextTimeout = s.TLSConfig != nil, s.ContextTimeoutEnabled
 		g.skipVerify = g.tls && s.TLSConfig.InsecureSkipVerify
 	case redisconf.Sentinel:
 		f := o.Failover
 		g.addrs, g.user, g.pass, g.db, g.pool, g.retries = f.SentinelAddrs, f.Username, f.Password, f.DB, f.PoolSize, f.MaxRetries
 		g.sentinelUser, g.sentinelPass, g.master = f.SentinelUsername, f.SentinelPassword, f.MasterName
-		g.tls = f.TLSConfig != nil
+		g.tls, g.contextTimeout = f.TLSConfig != nil, f.ContextTimeoutEnabled
 	case redisconf.Cluster:
 		c := o.Cluster
 		g.addrs, g.user, g.pass, g.pool, g.retries, g.redirects = c.Addrs, c.Username, c.Password, c.PoolSize, c.MaxRetries, c.MaxRedirects
-		g.tls = c.TLSConfig != nil
+		g.tls, g.contextTimeout = c.TLSConfig != nil, c.ContextTimeoutEnabled
 		g.skipVerify = g.tls && c.TLSConfig.InsecureSkipVerify
 	}
 	return g
@@ -75,7 +76,7 @@ func TestParse(t *testing.T) {
 		if want.pool == 0 {
 			want.pool = redisconf.DefaultPoolSize
 		}
-		want.retries = -1
+		want.retries, want.contextTimeout = -1, true
 		if want.kind == redisconf.Cluster {
 			want.redirects = -1
 		}
