@@ -122,7 +122,7 @@ func NewService(cfg Config) (*Service, error) {
 func (s *Service) Close() error {
 	s.stopEvents()
 	s.expiries.stop()
-	s.background.close() // each call bounded by leaveQueueTimeout
+	s.background.close() // each call bounded by cleanupTimeout
 	var errs []error
 	for _, b := range s.backends {
 		errs = append(errs, b.Close())

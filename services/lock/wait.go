@@ -182,10 +182,16 @@ func (s *Service) try(ctx context.Context, name string, b Backend, queue QueueBa
 	return tryAcquire(ctx, key, owner, ttl)
 }
 
-// leaveQueueTimeout bounds the clean-up calls a request makes after its context may have
+// cleanupTimeout bounds the clean-up calls a request makes after its context may have
 // ended: taking a fair waiter that gave up out of the backend's line (if it fails, the
 // entry's own lease ends it) and dropping the holds of lost attempts.
-const leaveQueueTimeout = 2 * time.Second
+const cleanupTimeout = 2 * time.Second
+
+// cleanupContext is the context of a request's clean-up: ctx's values, not its end, and at
+// most cleanupTimeout.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
 
 // leaveQueue takes a fair waiter that did not get the lock out of the backend's line at
 // once, so the waiters behind it do not wait out its entry's lease. It runs even when the
@@ -194,7 +200,7 @@ const leaveQueueTimeout = 2 * time.Second
 // leave their entries behind.
 func (s *Service) leaveQueue(ctx context.Context, name string, queue QueueBackend, key, owner string) {
 	s.background.Go(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveQueueTimeout)
+		ctx, cancel := cleanupContext(ctx)
 		defer cancel()
 		if err := queue.LeaveQueue(ctx, key, owner); err != nil {
 			s.log.DebugContext(ctx, "lock: a fair waiter could not leave the line; its entry's lease will end it",
@@ -231,7 +237,7 @@ func (s *Service) dropLostHolds(ctx context.Context, name string, b Backend, key
 	extra := att.Lease.HoldCount - 1
 	// The answer may still reach the caller after ctx ends (a shutdown cancels requests but
 	// sends their answers): the holds must go all the same, or a fresh owner would hold twice.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveQueueTimeout)
+	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	for att.Lease.HoldCount > 1 {
 		remaining, _, err := b.Release(ctx, key, owner, att.Lease.FencingToken)

@@ -73,6 +73,13 @@ func (o *orphanList) take() []orphan {
 	return items
 }
 
+// left is how many orphans are queued.
+func (o *orphanList) left() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.items)
+}
+
 // abandon hands our node at path to housekeeping; version guards against deleting a node
 // that became someone's lease meanwhile.
 func (b *Backend) abandon(path string, version int32) {
@@ -128,13 +135,6 @@ func (b *Backend) reclaimOrphans(ctx context.Context) {
 			b.log.Warn("zklock: could not remove an orphaned lock node; it ends with its ttl", "node", o.path+o.prefix, "err", err)
 		}
 	}
-}
-
-// left is how many orphans are queued.
-func (o *orphanList) left() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.items)
 }
 
 // reclaim deletes one orphan and then its key's parent when the line is empty.
