@@ -6,10 +6,12 @@
 // pairs/s = N / (latency of a pair), and a pair through the service takes at least this
 // hop's latency plus the backend's round trip. So if the null service is not clearly faster
 // than redsync at N clients, no service behind Connect over HTTP can reach redsync at N
-// clients on this machine. It was written for issue 12; see "Batching" in
-// docs/architecture.md.
+// clients on this machine. With -redis-step the service first runs, per request, the Redis
+// commands redsync sends for its operations (SET NX PX, a compare-and-delete script) as one
+// pipeline: the least backend work a service could add, and so a ceiling for any real one.
+// It was written for issue 12; see "Batching" in docs/architecture.md.
 //
-//	GOWORK=off go run . -clients 1,16,64
+//	GOWORK=off go run . -clients 1,16,64 [-redis-step]
 package main
 
 import (
@@ -35,28 +37,73 @@ import (
 	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 )
 
-// null answers every operation at once, as a real service answers an uncontended pair.
+// null answers every operation at once, as a real service answers an uncontended pair;
+// with rdb set it first runs the Redis commands redsync would (step).
 type null struct {
 	lockv1connect.UnimplementedLockServiceHandler
+	rdb *redis.Client
+}
+
+const owner = "0123456789abcdef0123456789abcdef"
+
+// releaseScript is redsync's release: delete the key only while it holds our value.
+var releaseScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) else return 0 end`)
+
+// step runs, when n.rdb is set, what redsync sends for each operation (SET NX PX for an
+// acquire, the compare-and-delete script for a release) as one pipeline for all of them: the
+// least Redis work a service could do for them, in one round trip.
+func (n null) step(ctx context.Context, keys []string, acquire []bool) error {
+	if n.rdb == nil {
+		return nil
+	}
+	_, err := n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			if acquire[i] {
+				p.SetNX(ctx, k, owner, 10*time.Second)
+			} else {
+				releaseScript.EvalSha(ctx, p, []string{k}, owner)
+			}
+		}
+		return nil
+	})
+	return err
 }
 
 func acquired(key string) *lockv1.AcquireResponse {
 	return &lockv1.AcquireResponse{Acquired: true, Lease: &lockv1.Lease{
-		Key: key, Backend: "null", Owner: "0123456789abcdef0123456789abcdef", FencingToken: 1, HoldCount: 1,
+		Key: key, Backend: "null", Owner: owner, FencingToken: 1, HoldCount: 1,
 	}}
 }
 
-func (null) Acquire(_ context.Context, r *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+func (n null) Acquire(ctx context.Context, r *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+	if err := n.step(ctx, []string{r.GetKey()}, []bool{true}); err != nil {
+		return nil, err
+	}
 	return acquired(r.GetKey()), nil
 }
 
-func (null) Release(context.Context, *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
+func (n null) Release(ctx context.Context, r *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
+	if err := n.step(ctx, []string{r.GetKey()}, []bool{false}); err != nil {
+		return nil, err
+	}
 	return &lockv1.ReleaseResponse{Released: true}, nil
 }
 
-func (null) Batch(_ context.Context, r *lockv1.BatchRequest) (*lockv1.BatchResponse, error) {
-	out := make([]*lockv1.BatchResult, len(r.GetOperations()))
-	for i, op := range r.GetOperations() {
+func (n null) Batch(ctx context.Context, r *lockv1.BatchRequest) (*lockv1.BatchResponse, error) {
+	ops := r.GetOperations()
+	keys, acquire := make([]string, len(ops)), make([]bool, len(ops))
+	for i, op := range ops {
+		if a := op.GetAcquire(); a != nil {
+			keys[i], acquire[i] = a.GetKey(), true
+		} else {
+			keys[i] = op.GetRelease().GetKey()
+		}
+	}
+	if err := n.step(ctx, keys, acquire); err != nil {
+		return nil, err
+	}
+	out := make([]*lockv1.BatchResult, len(ops))
+	for i, op := range ops {
 		if a := op.GetAcquire(); a != nil {
 			out[i] = &lockv1.BatchResult{Result: &lockv1.BatchResult_Acquire{Acquire: acquired(a.GetKey())}}
 		} else {
@@ -130,10 +177,15 @@ func main() {
 	clientList := flag.String("clients", "1,16,64", "comma-separated numbers of clients")
 	d := flag.Duration("d", 3*time.Second, "measured window of each run")
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis for redsync")
+	redisStep := flag.Bool("redis-step", false, "the null service runs redsync's Redis commands for each operation, one pipeline per request")
 	flag.Parse()
 	if *serve != "" {
+		var n null
+		if *redisStep {
+			n.rdb = redis.NewClient(&redis.Options{Addr: *redisAddr, PoolSize: 128})
+		}
 		mux := http.NewServeMux()
-		mux.Handle(lockv1connect.NewLockServiceHandler(null{}))
+		mux.Handle(lockv1connect.NewLockServiceHandler(n))
 		ln, err := net.Listen("tcp", *serve)
 		if err != nil {
 			panic(err)
@@ -147,7 +199,7 @@ func main() {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	child := exec.Command(os.Args[0], "-serve", addr)
+	child := exec.Command(os.Args[0], "-serve", addr, "-redis", *redisAddr, fmt.Sprintf("-redis-step=%v", *redisStep))
 	child.Stderr = os.Stderr
 	if err := child.Start(); err != nil {
 		panic(err)
@@ -160,7 +212,7 @@ func main() {
 		if _, err := sdk.Locks().Acquire(ctx, &lockv1.AcquireRequest{Key: key}); err != nil {
 			return err
 		}
-		_, err := sdk.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef"})
+		_, err := sdk.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: key, Owner: owner})
 		return err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, PoolSize: 128})
@@ -175,7 +227,11 @@ func main() {
 		return err
 	}
 
-	fmt.Printf("%-8s %7s %10s %9s %12s %12s\n", "target", "clients", "pairs/s", "p50", "cpu client", "cpu service")
+	label := "null"
+	if *redisStep {
+		label = "null+redis"
+	}
+	fmt.Printf("%-10s %7s %10s %9s %12s %12s\n", "target", "clients", "pairs/s", "p50", "cpu client", "cpu service")
 	for _, s := range strings.Split(*clientList, ",") {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -183,8 +239,8 @@ func main() {
 		}
 		nr := run(n, *d, child.Process.Pid, nullPair)
 		rr := run(n, *d, 0, redsyncPair)
-		fmt.Printf("%-8s %7d %10.0f %9v %12v %12v\n", "null", n, nr.pairsPerSec, nr.p50, nr.client, nr.service)
-		fmt.Printf("%-8s %7d %10.0f %9v %12v %12s\n", "redsync", n, rr.pairsPerSec, rr.p50, rr.client, "-")
-		fmt.Printf("ratio null ÷ redsync at %d clients: pairs/s %.2f\n", n, nr.pairsPerSec/rr.pairsPerSec)
+		fmt.Printf("%-10s %7d %10.0f %9v %12v %12v\n", label, n, nr.pairsPerSec, nr.p50, nr.client, nr.service)
+		fmt.Printf("%-10s %7d %10.0f %9v %12v %12s\n", "redsync", n, rr.pairsPerSec, rr.p50, rr.client, "-")
+		fmt.Printf("ratio %s ÷ redsync at %d clients: pairs/s %.2f\n", label, n, nr.pairsPerSec/rr.pairsPerSec)
 	}
 }
