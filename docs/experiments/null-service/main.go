@@ -92,23 +92,18 @@ func (n null) Release(ctx context.Context, r *lockv1.ReleaseRequest) (*lockv1.Re
 func (n null) Batch(ctx context.Context, r *lockv1.BatchRequest) (*lockv1.BatchResponse, error) {
 	ops := r.GetOperations()
 	keys, acquire := make([]string, len(ops)), make([]bool, len(ops))
+	out := make([]*lockv1.BatchResult, len(ops))
 	for i, op := range ops {
 		if a := op.GetAcquire(); a != nil {
 			keys[i], acquire[i] = a.GetKey(), true
+			out[i] = &lockv1.BatchResult{Result: &lockv1.BatchResult_Acquire{Acquire: acquired(a.GetKey())}}
 		} else {
 			keys[i] = op.GetRelease().GetKey()
+			out[i] = &lockv1.BatchResult{Result: &lockv1.BatchResult_Release{Release: &lockv1.ReleaseResponse{Released: true}}}
 		}
 	}
 	if err := n.step(ctx, keys, acquire); err != nil {
 		return nil, err
-	}
-	out := make([]*lockv1.BatchResult, len(ops))
-	for i, op := range ops {
-		if a := op.GetAcquire(); a != nil {
-			out[i] = &lockv1.BatchResult{Result: &lockv1.BatchResult_Acquire{Acquire: acquired(a.GetKey())}}
-		} else {
-			out[i] = &lockv1.BatchResult{Result: &lockv1.BatchResult_Release{Release: &lockv1.ReleaseResponse{Released: true}}}
-		}
 	}
 	return &lockv1.BatchResponse{Results: out}, nil
 }
@@ -172,6 +167,20 @@ func run(n int, d time.Duration, servicePID int, pair func(ctx context.Context, 
 	return r
 }
 
+// waitListening waits until addr accepts connections (the child has started), at most 10 s.
+func waitListening(addr string) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			panic(err)
+		}
+	}
+}
+
 func main() {
 	serve := flag.String("serve", "", "serve the null service on this address (the child process)")
 	clientList := flag.String("clients", "1,16,64", "comma-separated numbers of clients")
@@ -183,6 +192,10 @@ func main() {
 		var n null
 		if *redisStep {
 			n.rdb = redis.NewClient(&redis.Options{Addr: *redisAddr, PoolSize: 128})
+			// EVALSHA in a pipeline is not retried as EVAL: the script must be in Redis first.
+			if err := releaseScript.Load(context.Background(), n.rdb).Err(); err != nil {
+				panic(err)
+			}
 		}
 		mux := http.NewServeMux()
 		mux.Handle(lockv1connect.NewLockServiceHandler(n))
@@ -205,7 +218,7 @@ func main() {
 		panic(err)
 	}
 	defer child.Process.Kill()
-	time.Sleep(500 * time.Millisecond)
+	waitListening(addr)
 
 	sdk := client.New("http://" + addr)
 	nullPair := func(ctx context.Context, key string) error {
@@ -219,7 +232,8 @@ func main() {
 	defer rdb.Close()
 	rs := redsync.New(goredsync.NewPool(rdb))
 	redsyncPair := func(ctx context.Context, key string) error {
-		m := rs.NewMutex(key, redsync.WithExpiry(30*time.Second), redsync.WithTries(1))
+		// as cmd/coord/benchlock.go's openRedsync, with its benchTTL
+		m := rs.NewMutex(key, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
 		if err := m.LockContext(ctx); err != nil {
 			return err
 		}
