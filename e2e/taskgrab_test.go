@@ -168,15 +168,15 @@ func checkStaleLease(t *testing.T, ins []*instance, backend, pool string) {
 	stale := old.GetLeaseToken()
 	for name, call := range map[string]func() error{
 		"Ack": func() error {
-			_, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale})
+			_, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale, LeaseSecret: old.GetLeaseSecret()})
 			return err
 		},
 		"Nack": func() error {
-			_, err := tasks.Nack(ctx, &taskpickv1.NackRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale})
+			_, err := tasks.Nack(ctx, &taskpickv1.NackRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale, LeaseSecret: old.GetLeaseSecret()})
 			return err
 		},
 		"Extend": func() error {
-			_, err := tasks.Extend(ctx, &taskpickv1.ExtendRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale, Ttl: durationpb.New(time.Minute)})
+			_, err := tasks.Extend(ctx, &taskpickv1.ExtendRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: stale, LeaseSecret: old.GetLeaseSecret(), Ttl: durationpb.New(time.Minute)})
 			return err
 		},
 	} {
@@ -184,7 +184,7 @@ func checkStaleLease(t *testing.T, ins []*instance, backend, pool string) {
 			t.Errorf("%s with the stale lease token %d (current %d): %v, want failed_precondition", name, stale, cur.GetLeaseToken(), err)
 		}
 	}
-	if _, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: cur.GetLeaseToken()}); err != nil {
+	if _, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: "probe", LeaseToken: cur.GetLeaseToken(), LeaseSecret: cur.GetLeaseSecret()}); err != nil {
 		t.Errorf("Ack with the current lease token %d: %v", cur.GetLeaseToken(), err)
 	}
 }

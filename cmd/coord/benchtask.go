@@ -354,7 +354,7 @@ func taskRun(ctx context.Context, cfg taskBenchConfig, tasks taskpickv1connect.T
 				lat[w] = append(lat[w], time.Since(t0))
 				picked.Add(int64(len(res.GetTasks())))
 				for _, t := range res.GetTasks() {
-					_, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: t.GetId(), LeaseToken: t.GetLeaseToken()})
+					_, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: t.GetId(), LeaseToken: t.GetLeaseToken(), LeaseSecret: t.GetLeaseSecret()})
 					if err != nil {
 						failures++
 						errs.add(fmt.Errorf("ack: %w", err))

@@ -117,13 +117,13 @@ func TestServeRedisURL(t *testing.T) {
 				pool := "p" + key
 				run("task", "put", pool, key, "--payload", "x", "--backend", "redis")
 				var picked struct {
-					Tasks []struct{ ID, LeaseToken string }
+					Tasks []struct{ ID, LeaseToken, LeaseSecret string }
 				}
 				if err := json.Unmarshal([]byte(run("task", "pick", pool, "--ttl", "1m", "--json", "--backend", "redis")), &picked); err != nil ||
 					len(picked.Tasks) != 1 || picked.Tasks[0].ID != key {
 					t.Fatalf("pick from pool %q: %v (%+v), want task %q", pool, err, picked, key)
 				}
-				run("task", "ack", pool, key, picked.Tasks[0].LeaseToken, "--backend", "redis")
+				run("task", "ack", pool, key, picked.Tasks[0].LeaseToken+":"+picked.Tasks[0].LeaseSecret, "--backend", "redis")
 			}
 			if strings.Contains(log.String(), password) {
 				t.Fatalf("the log shows the Redis password:\n%s", log)

@@ -33,18 +33,18 @@ var taskVerbs = []struct {
 		fs.DurationVar(&f.delay, "delay", 0, "not picked before this much time has passed")
 		fs.Uint32Var(&f.maxAttempts, "max-attempts", 0, "picks before the task is dead; 0 means the service's default (25)")
 	}},
-	{"pick", "POOL", "lease tasks; prints each with the TOKEN ack, nack and extend need", 1, 1, func(fs *pflag.FlagSet, f *taskFlags) {
+	{"pick", "POOL", "lease tasks; prints each with the LEASE ack, nack and extend need", 1, 1, func(fs *pflag.FlagSet, f *taskFlags) {
 		fs.Uint32Var(&f.count, "count", 1, "how many tasks at most, 1 to 100")
 		fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "the lease, 1s to 12h")
 		fs.StringVar(&f.order, "order", "fifo", "fifo, random or priority")
 		fs.DurationVar(&f.wait, "wait", 0, "how long to wait for a task when none is available")
 	}},
-	{"ack", "POOL ID TOKEN", "finish a picked task", 3, 3, nil},
-	{"nack", "POOL ID TOKEN", "give a picked task back, failed", 3, 3, func(fs *pflag.FlagSet, f *taskFlags) {
+	{"ack", "POOL ID LEASE", "finish a picked task", 3, 3, nil},
+	{"nack", "POOL ID LEASE", "give a picked task back, failed", 3, 3, func(fs *pflag.FlagSet, f *taskFlags) {
 		fs.DurationVar(&f.retryAfter, "retry-after", 0, "how long until the task may be picked again")
 		fs.StringVar(&f.reason, "reason", "", "why it failed, kept as the task's last error")
 	}},
-	{"extend", "POOL ID TOKEN", "lengthen a picked task's lease", 3, 3, func(fs *pflag.FlagSet, f *taskFlags) {
+	{"extend", "POOL ID LEASE", "lengthen a picked task's lease", 3, 3, func(fs *pflag.FlagSet, f *taskFlags) {
 		fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "the new lease from now, 1s to 12h")
 	}},
 	{"get", "POOL ID", "show one task", 2, 2, nil},
@@ -61,8 +61,10 @@ func newTaskCmd() *cobra.Command {
 	c := newGroupCmd("task", "call the task-pick service: put, pick, ack, nack, extend, get, stats, dead, requeue")
 	c.Long = `Call the task-pick service.
 
-pick prints one line per task with its lease TOKEN, which ack, nack and extend need; the CLI
-keeps no lease alive: a picked task comes back after its ttl unless acked, nacked or extended.`
+pick prints one line per task with its fencing token and its LEASE (TOKEN:SECRET, the token
+and the lease's secret), which ack, nack and extend need: the secret is what proves the lease,
+and only pick ever shows it. The CLI keeps no lease alive: a picked task comes back after its
+ttl unless acked, nacked or extended.`
 	cf.register(c, "task")
 	for _, v := range taskVerbs {
 		f := &taskFlags{cf: cf}
@@ -103,6 +105,21 @@ func parseOrder(s string) (taskpickv1.Order, error) {
 	return 0, fmt.Errorf("--order: unknown order %q (fifo, random, priority)", s)
 }
 
+// formatLease is how pick prints a lease for ack, nack and extend: TOKEN:SECRET.
+func formatLease(token uint64, secret string) string {
+	return strconv.FormatUint(token, 10) + ":" + secret
+}
+
+// parseLease reads a LEASE argument, as formatLease printed it.
+func parseLease(s string) (uint64, string, error) {
+	tok, secret, ok := strings.Cut(s, ":")
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if !ok || err != nil || token == 0 || secret == "" {
+		return 0, "", fmt.Errorf("LEASE %q is not TOKEN:SECRET: pass the lease=… that pick printed", s)
+	}
+	return token, secret, nil
+}
+
 // taskFlags is everything one `coord task` command can be told.
 type taskFlags struct {
 	cf                        *clientFlags
@@ -116,6 +133,7 @@ type taskFlags struct {
 	positional                []string
 	pool, id                  string
 	token                     uint64
+	secret                    string
 }
 
 // check takes the positional arguments and checks what the flags cannot say alone.
@@ -125,10 +143,10 @@ func (f *taskFlags) check(positional []string, synopsis string) error {
 	if len(positional) > 1 {
 		f.id = positional[1]
 	}
-	if synopsis == "POOL ID TOKEN" {
+	if synopsis == "POOL ID LEASE" {
 		var err error
-		if f.token, err = strconv.ParseUint(positional[2], 10, 64); err != nil || f.token == 0 {
-			return fmt.Errorf("TOKEN %q is not a positive integer: pass the lease token pick printed", positional[2])
+		if f.token, f.secret, err = parseLease(positional[2]); err != nil {
+			return err
 		}
 	}
 	if f.payload != "" && f.payloadFile != "" {
@@ -197,8 +215,8 @@ func callTask(ctx context.Context, verb string, f *taskFlags, stdout, stderr io.
 		})
 		if err == nil && human {
 			for _, t := range r.GetTasks() {
-				fmt.Fprintf(stdout, "%s  token=%d  attempt=%d/%d  priority=%d  expires=%s  payload=%s\n", t.GetId(), t.GetLeaseToken(),
-					t.GetAttempt(), t.GetMaxAttempts(), t.GetPriority(), fmtTime(t.GetExpiresAt()), fmtPayload(t.GetPayload()))
+				fmt.Fprintf(stdout, "%s  token=%d  lease=%s  attempt=%d/%d  priority=%d  expires=%s  payload=%s\n", t.GetId(), t.GetLeaseToken(),
+					formatLease(t.GetLeaseToken(), t.GetLeaseSecret()), t.GetAttempt(), t.GetMaxAttempts(), t.GetPriority(), fmtTime(t.GetExpiresAt()), fmtPayload(t.GetPayload()))
 			}
 			if len(r.GetTasks()) == 0 {
 				fmt.Fprintf(stderr, "no task available in %s\n", f.pool)
@@ -206,14 +224,14 @@ func callTask(ctx context.Context, verb string, f *taskFlags, stdout, stderr io.
 		}
 		return r, err
 	case "ack":
-		r, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: f.pool, Id: f.id, LeaseToken: f.token})
+		r, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: backend, Pool: f.pool, Id: f.id, LeaseToken: f.token, LeaseSecret: f.secret})
 		if err == nil && human {
 			fmt.Fprintf(stdout, "acked %s\n", where)
 		}
 		return r, err
 	case "nack":
 		r, err := tasks.Nack(ctx, &taskpickv1.NackRequest{
-			Backend: backend, Pool: f.pool, Id: f.id, LeaseToken: f.token, RetryAfter: durationpb.New(f.retryAfter), Reason: f.reason,
+			Backend: backend, Pool: f.pool, Id: f.id, LeaseToken: f.token, LeaseSecret: f.secret, RetryAfter: durationpb.New(f.retryAfter), Reason: f.reason,
 		})
 		if err == nil && human {
 			if r.GetDead() {
@@ -224,7 +242,7 @@ func callTask(ctx context.Context, verb string, f *taskFlags, stdout, stderr io.
 		}
 		return r, err
 	case "extend":
-		r, err := tasks.Extend(ctx, &taskpickv1.ExtendRequest{Backend: backend, Pool: f.pool, Id: f.id, LeaseToken: f.token, Ttl: durationpb.New(f.ttl)})
+		r, err := tasks.Extend(ctx, &taskpickv1.ExtendRequest{Backend: backend, Pool: f.pool, Id: f.id, LeaseToken: f.token, LeaseSecret: f.secret, Ttl: durationpb.New(f.ttl)})
 		if err == nil && human {
 			fmt.Fprintf(stdout, "extended %s until %s\n", where, fmtTime(r.GetExpiresAt()))
 		}

@@ -19,8 +19,9 @@ func newer(a, b string) bool {
 	return errA == nil && errB == nil && x > y
 }
 
-// tokenRE finds the lease token in a human pick line.
-var tokenRE = regexp.MustCompile(`token=(\d+)`)
+// leaseRE finds the lease (TOKEN:SECRET) in a human pick line: m[1] is all of it, m[2] the
+// token.
+var leaseRE = regexp.MustCompile(`lease=((\d+):[A-Z2-7]+)`)
 
 // TestCLITaskRoundTrip drives every `coord task` command against a real service on each
 // backend: put, pick, extend, fenced ack, nack until dead, dead, requeue, get and stats, in
@@ -69,10 +70,11 @@ func TestCLITaskRoundTrip(t *testing.T) {
 
 			var picked struct {
 				Tasks []struct {
-					ID         string `json:"id"`
-					Payload    []byte `json:"payload"`
-					LeaseToken string `json:"leaseToken"`
-					Attempt    int    `json:"attempt"`
+					ID          string `json:"id"`
+					Payload     []byte `json:"payload"`
+					LeaseToken  string `json:"leaseToken"`
+					LeaseSecret string `json:"leaseSecret"`
+					Attempt     int    `json:"attempt"`
 				} `json:"tasks"`
 			}
 			if err := json.Unmarshal([]byte(task(t, "pick", pool, "--ttl", "1m", "--count", "10", "--json")), &picked); err != nil ||
@@ -80,19 +82,21 @@ func TestCLITaskRoundTrip(t *testing.T) {
 				t.Fatalf("pick --json: %v (%+v), want task a with payload hello (the other is delayed)", err, picked)
 			}
 			token := picked.Tasks[0].LeaseToken
+			lease := token + ":" + picked.Tasks[0].LeaseSecret
 			if out := task(t, "pick", pool); !strings.Contains(out, "no task available") {
 				t.Fatalf("pick of an emptied pool printed %q", out)
 			}
-			if out := task(t, "extend", pool, "a", token, "--ttl", "2m"); !strings.Contains(out, "extended "+pool+"/a until") {
+			if out := task(t, "extend", pool, "a", lease, "--ttl", "2m"); !strings.Contains(out, "extended "+pool+"/a until") {
 				t.Fatalf("extend printed %q", out)
 			}
-			fails(t, "failed_precondition", "ack", pool, "a", token+"0")
-			if out := task(t, "nack", pool, "a", token, "--reason", "try again"); !strings.Contains(out, "available again in 0s") {
+			fails(t, "failed_precondition", "ack", pool, "a", token+"0:"+picked.Tasks[0].LeaseSecret)
+			fails(t, "failed_precondition", "ack", pool, "a", token+":"+strings.Repeat("A", 26)) // the token alone is public
+			if out := task(t, "nack", pool, "a", lease, "--reason", "try again"); !strings.Contains(out, "available again in 0s") {
 				t.Fatalf("nack printed %q", out)
 			}
 			out := task(t, "pick", pool, "--order", "priority", "--wait", "1s")
-			m := tokenRE.FindStringSubmatch(out)
-			if !strings.HasPrefix(out, "a  ") || !strings.Contains(out, "attempt=2/25") || !strings.Contains(out, `payload="hello"`) || m == nil || !newer(m[1], token) {
+			m := leaseRE.FindStringSubmatch(out)
+			if !strings.HasPrefix(out, "a  ") || !strings.Contains(out, "attempt=2/25") || !strings.Contains(out, `payload="hello"`) || m == nil || !newer(m[2], token) {
 				t.Fatalf("second pick printed %q, want task a at attempt 2 with a newer token than %s", out, token)
 			}
 			if out := task(t, "ack", pool, "a", m[1]); out != "acked "+pool+"/a\n" {
@@ -105,9 +109,9 @@ func TestCLITaskRoundTrip(t *testing.T) {
 
 			// One attempt only: a nack makes it dead; dead lists it, requeue brings it back.
 			task(t, "put", pool, "fragile", "--max-attempts", "1")
-			m = tokenRE.FindStringSubmatch(task(t, "pick", pool))
+			m = leaseRE.FindStringSubmatch(task(t, "pick", pool))
 			if m == nil {
-				t.Fatal("pick printed no token")
+				t.Fatal("pick printed no lease")
 			}
 			if out := task(t, "nack", pool, "fragile", m[1], "--reason", "boom"); !strings.Contains(out, "dead") {
 				t.Fatalf("nack of the last attempt printed %q, want dead", out)
@@ -124,7 +128,8 @@ func TestCLITaskRoundTrip(t *testing.T) {
 			}
 
 			// Bad input fails with the argument or field named, and exits non-zero.
-			fails(t, "TOKEN", "ack", pool, "a", "notanumber")
+			fails(t, "TOKEN:SECRET", "ack", pool, "a", "notanumber")
+			fails(t, "TOKEN:SECRET", "ack", pool, "a", token) // a token without its secret
 			fails(t, "wants POOL ID", "put", pool)
 			fails(t, "--order", "pick", pool, "--order", "lifo")
 			fails(t, "ttl", "pick", pool, "--ttl", "10ms")

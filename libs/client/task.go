@@ -40,6 +40,10 @@ type Task struct {
 	// overwrite the work of the worker that holds the task now.
 	LeaseToken uint64
 
+	// leaseSecret proves the lease to Ack, Nack and Extend; Work sends it, and it is not
+	// shown to handlers, so that it cannot end up in their logs.
+	leaseSecret string
+
 	mu        sync.Mutex
 	expiresAt time.Time
 }
@@ -49,9 +53,14 @@ func newTask(backend, pool string, lt *taskpickv1.LeasedTask) *Task {
 	return &Task{
 		Backend: backend, Pool: pool, ID: lt.GetId(), Payload: lt.GetPayload(), Priority: lt.GetPriority(),
 		Attempt: lt.GetAttempt(), MaxAttempts: lt.GetMaxAttempts(), LeaseToken: lt.GetLeaseToken(),
-		expiresAt: lt.GetExpiresAt().AsTime(),
+		leaseSecret: lt.GetLeaseSecret(), expiresAt: lt.GetExpiresAt().AsTime(),
 	}
 }
+
+// LeaseSecret is the secret that proves the lease to Ack, Nack and Extend (Work sends it on
+// its own). It is for handing the lease to another process that finishes the task; keep it
+// as a password: never log it, never put it where the task's readers can see it.
+func (t *Task) LeaseSecret() string { return t.leaseSecret }
 
 // Token is the lease's fencing token, LeaseToken.
 func (t *Task) Token() uint64 { return t.LeaseToken }
@@ -133,7 +142,8 @@ func (k *leaseKeeper) interval() time.Duration {
 // says it is gone, its deadline passes, or stop (false).
 func (k *leaseKeeper) extend() bool {
 	req := &taskpickv1.ExtendRequest{
-		Backend: k.t.Backend, Pool: k.t.Pool, Id: k.t.ID, LeaseToken: k.t.LeaseToken, Ttl: durationpb.New(k.ttl),
+		Backend: k.t.Backend, Pool: k.t.Pool, Id: k.t.ID, LeaseToken: k.t.LeaseToken, LeaseSecret: k.t.leaseSecret,
+		Ttl: durationpb.New(k.ttl),
 	}
 	backoff := firstBackoff(k.ttl)
 	var last error = errNoAnswer

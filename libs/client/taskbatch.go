@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"connectrpc.com/connect"
+
 	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
@@ -143,6 +145,11 @@ func (b *batchingTasks) Extend(ctx context.Context, req *taskpickv1.ExtendReques
 // Get implements taskpickv1connect.TaskPickServiceClient.
 func (b *batchingTasks) Get(ctx context.Context, req *taskpickv1.GetRequest) (*taskpickv1.GetResponse, error) {
 	r, err := b.do(ctx, &taskpickv1.BatchOperation{Operation: &taskpickv1.BatchOperation_Get{Get: req}})
+	if connect.CodeOf(err) == connect.CodeResourceExhausted {
+		// The batch it went out in had no room left in its answer for this task (other Gets
+		// filled it); alone, one task always fits.
+		return b.TaskPickServiceClient.Get(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func ackAll(c taskpickv1connect.TaskPickServiceClient, n int) []error {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: fmt.Sprint("t", i), LeaseToken: 1})
+			_, errs[i] = c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: fmt.Sprint("t", i), LeaseToken: 1, LeaseSecret: "s"})
 		})
 	}
 	wg.Wait()
@@ -130,13 +130,13 @@ func TestBatchingTasksWithoutBatchNoneWaitsForAnother(t *testing.T) {
 	}
 	slow := make(chan error, 1)
 	go func() {
-		_, err := c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "slow", LeaseToken: 1})
+		_, err := c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "slow", LeaseToken: 1, LeaseSecret: "s"})
 		slow <- err
 	}()
 	<-s.arrived
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := c.Ack(ctx, &taskpickv1.AckRequest{Pool: "p", Id: fmt.Sprint("fast", i), LeaseToken: 1})
+		_, err := c.Ack(ctx, &taskpickv1.AckRequest{Pool: "p", Id: fmt.Sprint("fast", i), LeaseToken: 1, LeaseSecret: "s"})
 		cancel()
 		if err != nil {
 			t.Fatalf("ack fast%d while another ack is held: %v", i, err)
@@ -272,9 +272,9 @@ func TestBatchingTasksDiscoveryBatchNoneWaitsForAnother(t *testing.T) {
 	s := &scriptedTasks{held: map[string]chan struct{}{"gate": gate, "slow": release}, arrived: make(chan string, 2)}
 	c := serveScripted(t, s)
 	defer close(release)
-	go c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "gate", LeaseToken: 1}) // holds the one sending slot
+	go c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "gate", LeaseToken: 1, LeaseSecret: "s"}) // holds the one sending slot
 	<-s.arrived
-	go c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "slow", LeaseToken: 1})
+	go c.Ack(context.Background(), &taskpickv1.AckRequest{Pool: "p", Id: "slow", LeaseToken: 1, LeaseSecret: "s"})
 	time.Sleep(100 * time.Millisecond) // slow queues behind gate
 	errs := make([]error, 10)
 	var wg sync.WaitGroup
@@ -282,7 +282,7 @@ func TestBatchingTasksDiscoveryBatchNoneWaitsForAnother(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_, errs[i] = c.Ack(ctx, &taskpickv1.AckRequest{Pool: "p", Id: fmt.Sprint("fast", i), LeaseToken: 1})
+			_, errs[i] = c.Ack(ctx, &taskpickv1.AckRequest{Pool: "p", Id: fmt.Sprint("fast", i), LeaseToken: 1, LeaseSecret: "s"})
 		})
 	}
 	time.Sleep(100 * time.Millisecond) // the fast acks queue too
@@ -314,7 +314,7 @@ func TestBatchingTasksWithoutBatchKeepsCause(t *testing.T) {
 			ctx  context.Context
 			want connect.Code
 		}{{canceled, connect.CodeCanceled}, {expired, connect.CodeDeadlineExceeded}} {
-			_, err := c.Ack(tc.ctx, &taskpickv1.AckRequest{Pool: "p", Id: "x", LeaseToken: 1})
+			_, err := c.Ack(tc.ctx, &taskpickv1.AckRequest{Pool: "p", Id: "x", LeaseToken: 1, LeaseSecret: "s"})
 			if connect.CodeOf(err) != tc.want || !errors.Is(err, cause) {
 				t.Errorf("unbatched=%v: %v, want %v wrapping %q", unbatched, err, tc.want, cause)
 			}

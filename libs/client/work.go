@@ -331,7 +331,7 @@ func (w *worker) process(ctx context.Context, t *Task) {
 
 // ack finishes t.
 func (w *worker) ack(ctx context.Context, t *Task) {
-	req := &taskpickv1.AckRequest{Backend: t.Backend, Pool: t.Pool, Id: t.ID, LeaseToken: t.LeaseToken}
+	req := &taskpickv1.AckRequest{Backend: t.Backend, Pool: t.Pool, Id: t.ID, LeaseToken: t.LeaseToken, LeaseSecret: t.leaseSecret}
 	w.finish(ctx, t, func(ctx context.Context) error {
 		_, err := w.c.tasks.Ack(ctx, req)
 		if err == nil {
@@ -344,7 +344,7 @@ func (w *worker) ack(ctx context.Context, t *Task) {
 // nack gives t back, to be picked again after retry.
 func (w *worker) nack(ctx context.Context, t *Task, retry time.Duration, reason string) {
 	req := &taskpickv1.NackRequest{
-		Backend: t.Backend, Pool: t.Pool, Id: t.ID, LeaseToken: t.LeaseToken,
+		Backend: t.Backend, Pool: t.Pool, Id: t.ID, LeaseToken: t.LeaseToken, LeaseSecret: t.leaseSecret,
 		RetryAfter: durationpb.New(min(max(retry, 0), maxRetryAfter)), Reason: reason,
 	}
 	w.finish(ctx, t, func(ctx context.Context) error {

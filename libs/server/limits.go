@@ -13,6 +13,12 @@ import (
 	"connectrpc.com/connect"
 )
 
+// MaxResponseBytes is the default bound on one unary answer of a service, in bytes, in
+// either encoding: a service whose answers can grow with stored data (task payloads) cuts or
+// refuses an answer that would pass it, instead of building it in memory. Services whose
+// answers carry no stored payloads (lock, ID) stay far below it by their request limits.
+const MaxResponseBytes = 4 << 20
+
 // bodySlack is how much a request body may exceed MaxRequestBytes: envelope prefixes, and
 // gzip's few bytes of overhead on incompressible messages.
 const bodySlack = 16 << 10

@@ -18,7 +18,8 @@ import (
 var (
 	// ErrNotFound means the task does not exist in the pool.
 	ErrNotFound = errors.New("taskpick: no such task")
-	// ErrStaleLease means the token is not the task's current lease, or that lease expired.
+	// ErrStaleLease means the token and secret are not the task's current lease, or that
+	// lease expired.
 	ErrStaleLease = errors.New("taskpick: not the task's current lease")
 	// ErrUnavailable means the backend could not be reached or did not answer. It wraps
 	// server.ErrUnavailable, which every service answers as unavailable.
@@ -74,6 +75,31 @@ type LeasedTask struct {
 	MaxAttempts uint32
 }
 
+// Lease is what Ack, Nack and Extend present to a backend: the lease's public fencing token
+// and the digest of its secret (LeaseDigest). A backend finishes a lease only when both are
+// the task's current ones; it never sees the secret itself.
+type Lease struct {
+	Token  uint64
+	Digest string
+}
+
+// PickSpec says what one pick attempt takes.
+type PickSpec struct {
+	// N is the most tasks to lease.
+	N int
+	// TTL is each lease's length.
+	TTL time.Duration
+	// Order says which available tasks come first; the tasks are returned in that order.
+	Order Order
+	// Digests holds the digests of the new leases' secrets, at least N of them: the i-th
+	// task returned is leased under Digests[i].
+	Digests []string
+	// MaxBytes bounds the answer: the pick leases no task whose AnswerBytes would take the
+	// sum past it, except the first, which always fits (Config.MaxAnswerBytes is at least
+	// MinAnswerBytes). A task that does not fit stays available.
+	MaxBytes int
+}
+
 // Task is a task as anyone may see it.
 type Task struct {
 	ID          string
@@ -105,6 +131,8 @@ type Picked struct {
 	// NextDue, when fewer tasks than asked were found, is the earliest time a delayed task
 	// becomes due (zero when none is delayed): a waiting pick sleeps until then at most.
 	NextDue time.Time
+	// Full is true when MaxBytes stopped the pick while more tasks may be available.
+	Full bool
 }
 
 // Recovered counts, per pool, the tasks a sweep made available again.
@@ -126,22 +154,25 @@ type Backend interface {
 	// Put adds the tasks that do not exist in pool; created[i] says whether tasks[i] was added.
 	// It writes all of them or none.
 	Put(ctx context.Context, pool string, tasks []NewTask) (created []bool, err error)
-	// Pick leases up to n available tasks of pool for ttl.
-	Pick(ctx context.Context, pool string, n int, ttl time.Duration, order Order) (Picked, error)
-	// Ack finishes the task held by token: ErrNotFound or ErrStaleLease otherwise.
-	Ack(ctx context.Context, pool, id string, token uint64) error
-	// Nack gives the task held by token back, available after retryAfter, or dead when it was
+	// Pick leases up to spec.N available tasks of pool, in spec.Order, and returns them in
+	// that order (pick order), each under its digest, within spec.MaxBytes.
+	Pick(ctx context.Context, pool string, spec PickSpec) (Picked, error)
+	// Ack finishes the task held by lease: ErrNotFound or ErrStaleLease otherwise. A token
+	// that no lease can have (such as one of 2^63 or more) is ErrStaleLease like any other.
+	Ack(ctx context.Context, pool, id string, lease Lease) error
+	// Nack gives the task held by lease back, available after retryAfter, or dead when it was
 	// on its last attempt (dead reports which).
-	Nack(ctx context.Context, pool, id string, token uint64, retryAfter time.Duration, reason string) (dead bool, err error)
-	// Extend sets the end of the lease held by token to now + ttl.
-	Extend(ctx context.Context, pool, id string, token uint64, ttl time.Duration) error
+	Nack(ctx context.Context, pool, id string, lease Lease, retryAfter time.Duration, reason string) (dead bool, err error)
+	// Extend sets the end of the lease to now + ttl.
+	Extend(ctx context.Context, pool, id string, lease Lease, ttl time.Duration) error
 	// Get reads a task.
 	Get(ctx context.Context, pool, id string) (Task, error)
 	// Stats counts pool's tasks.
 	Stats(ctx context.Context, pool string) (Stats, error)
-	// ListDead returns up to limit dead tasks of pool, oldest death first, and how many
-	// there are.
-	ListDead(ctx context.Context, pool string, limit int) ([]Task, uint64, error)
+	// ListDead returns up to limit dead tasks of pool, oldest death first, whose AnswerBytes
+	// sum to at most maxBytes (the first always counts as fitting), how many there are, and
+	// whether maxBytes cut the list short.
+	ListDead(ctx context.Context, pool string, limit, maxBytes int) (tasks []Task, total uint64, truncated bool, err error)
 	// Requeue makes the dead tasks among ids available with a fresh attempt budget.
 	Requeue(ctx context.Context, pool string, ids []string) (requeued []bool, err error)
 	// Sweep returns tasks whose lease ended to available (dead on their last attempt) and

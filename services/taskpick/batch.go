@@ -2,6 +2,12 @@ package taskpick
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/coordkit/coordkit/libs/server"
 	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
@@ -18,7 +24,8 @@ func (s *Service) Batch(ctx context.Context, req *taskpickv1.BatchRequest) (*tas
 	}
 	results := make([]*taskpickv1.BatchResult, len(ops))
 	failures := make([]error, len(ops))
-	server.RunBatch(len(ops), func(i int) { results[i], failures[i] = s.runOperation(ctx, ops[i]) }, func(i int, p any) {
+	budget := s.newBatchBudget(ops)
+	server.RunBatch(len(ops), func(i int) { results[i], failures[i] = s.runOperation(ctx, ops[i], budget) }, func(i int, p any) {
 		server.LogPanic(ctx, s.log, "taskpick", p)
 		code, msg := server.OperationError(ctx, server.ErrPanic)
 		results[i] = &taskpickv1.BatchResult{Error: &taskpickv1.BatchError{Code: code.String(), Message: msg}}
@@ -27,9 +34,76 @@ func (s *Service) Batch(ctx context.Context, req *taskpickv1.BatchRequest) (*tas
 	return &taskpickv1.BatchResponse{Results: results}, nil
 }
 
+// batchReads bounds how many Gets of one batch read at once: with the answer's budget it
+// bounds the payloads a batch holds in memory (at most this many beyond its answer), while
+// enough stay in flight for a pipelining backend to pay few round trips.
+const batchReads = 32
+
+// opReserve is what every operation's answer is reserved before any runs, besides 6 bytes
+// per task a Put carries: a small result, or an error's code and message. A Get's task comes
+// out of what is left.
+const opReserve = 1 << 10
+
+// batchBudget is what is left of one Batch answer for its Gets' tasks, the only answers that
+// grow with stored data. Every operation's small answer is reserved before any runs, since
+// the operations that change state must always be answered, and a refused Get still answers
+// its error.
+type batchBudget struct {
+	left  atomic.Int64
+	reads chan struct{}
+}
+
+// errAnswerFull answers a Get of a batch whose answer has no room left for its task.
+var errAnswerFull = errors.New("taskpick: the batch's answer is full")
+
+func (s *Service) newBatchBudget(ops []*taskpickv1.BatchOperation) *batchBudget {
+	reserved := answerSlack
+	for _, op := range ops {
+		reserved += reserve(op)
+	}
+	b := &batchBudget{reads: make(chan struct{}, batchReads)}
+	b.left.Store(int64(s.maxAnswer - reserved))
+	return b
+}
+
+// get runs a batch's Get within the budget: it reads only while the answer has room, and
+// answers resource_exhausted, changing nothing, when the task does not fit in what is left.
+func (s *Service) get(ctx context.Context, req *taskpickv1.GetRequest, budget *batchBudget) (*taskpickv1.GetResponse, error) {
+	select {
+	case budget.reads <- struct{}{}:
+	case <-ctx.Done():
+		return nil, server.Error(ctx, context.Cause(ctx))
+	}
+	defer func() { <-budget.reads }()
+	if budget.left.Load() < TaskOverheadBytes {
+		return nil, answerFull(s.maxAnswer)
+	}
+	r, err := s.Get(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	t := r.GetTask()
+	cost := int64(AnswerBytes(len(t.GetPayload()), len(t.GetId())+len(t.GetLastError())))
+	if budget.left.Add(-cost) < 0 {
+		budget.left.Add(cost)
+		return nil, answerFull(s.maxAnswer)
+	}
+	return r, nil
+}
+
+func answerFull(limit int) error {
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%w: this Get's task does not fit in the %d bytes a batch answers; send it again, or alone", errAnswerFull, limit))
+}
+
+// reserve is what op's answer is reserved.
+func reserve(op *taskpickv1.BatchOperation) int { return opReserve + 6*len(op.GetPut().GetTasks()) }
+
+// resultBytes bounds a result's size in either encoding, as AnswerBytes does a task's.
+func resultBytes(r *taskpickv1.BatchResult) int { return 6*proto.Size(r) + 16 }
+
 // runOperation runs one operation of a batch and wraps its answer or error; it also returns
 // the error, for the batch's log line.
-func (s *Service) runOperation(ctx context.Context, op *taskpickv1.BatchOperation) (*taskpickv1.BatchResult, error) {
+func (s *Service) runOperation(ctx context.Context, op *taskpickv1.BatchOperation, budget *batchBudget) (*taskpickv1.BatchResult, error) {
 	var res taskpickv1.BatchResult
 	var err error
 	switch op := op.GetOperation().(type) {
@@ -55,7 +129,7 @@ func (s *Service) runOperation(ctx context.Context, op *taskpickv1.BatchOperatio
 		}
 	case *taskpickv1.BatchOperation_Get:
 		var r *taskpickv1.GetResponse
-		if r, err = s.Get(ctx, op.Get); err == nil {
+		if r, err = s.get(ctx, op.Get, budget); err == nil {
 			res.Result = &taskpickv1.BatchResult_Get{Get: r}
 		}
 	default:
@@ -64,6 +138,12 @@ func (s *Service) runOperation(ctx context.Context, op *taskpickv1.BatchOperatio
 	if err != nil {
 		code, msg := server.OperationError(ctx, err)
 		res.Error = &taskpickv1.BatchError{Code: code.String(), Message: msg}
+	}
+	if op.GetGet() == nil || res.Error != nil {
+		// An answer beyond its reserve (a long error message) leaves the Gets less.
+		if over := resultBytes(&res) - reserve(op); over > 0 {
+			budget.left.Add(-int64(over))
+		}
 	}
 	return &res, err
 }

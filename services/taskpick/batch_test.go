@@ -66,9 +66,9 @@ func TestBatchMixedOperations(t *testing.T) {
 			in, p := one(t, b), pool(t, "mixed")
 			raw := in.client
 			put(t, in, p, task("ack-me"), task("nack-me"), task("extend-me"), task("stale"))
-			tokens := map[string]uint64{}
+			tokens, secrets := map[string]uint64{}, map[string]string{}
 			for _, lt := range pick(t, in, &taskpickv1.PickRequest{Pool: p, Count: 4, Ttl: sec(time.Minute)}) {
-				tokens[lt.GetId()] = lt.GetLeaseToken()
+				tokens[lt.GetId()], secrets[lt.GetId()] = lt.GetLeaseToken(), lt.GetLeaseSecret()
 			}
 			if len(tokens) != 4 {
 				t.Fatalf("picked %v, want the 4 tasks", tokens)
@@ -96,38 +96,38 @@ func TestBatchMixedOperations(t *testing.T) {
 					func() (proto.Message, error) {
 						return raw.Put(ctx, &taskpickv1.PutRequest{Pool: p, Tasks: []*taskpickv1.NewTask{task("dup"), task("dup")}})
 					}},
-				{"ack", ackOp(&taskpickv1.AckRequest{Pool: p, Id: "ack-me", LeaseToken: tokens["ack-me"]}), 0, nil},
-				{"ack stale token", ackOp(&taskpickv1.AckRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 1}), connect.CodeFailedPrecondition,
+				{"ack", ackOp(&taskpickv1.AckRequest{Pool: p, Id: "ack-me", LeaseToken: tokens["ack-me"], LeaseSecret: secrets["ack-me"]}), 0, nil},
+				{"ack stale token", ackOp(&taskpickv1.AckRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 1, LeaseSecret: secrets["stale"]}), connect.CodeFailedPrecondition,
 					func() (proto.Message, error) {
-						return raw.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 1})
+						return raw.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 1, LeaseSecret: secrets["stale"]})
 					}},
-				{"ack missing task", ackOp(&taskpickv1.AckRequest{Pool: p, Id: "missing", LeaseToken: 1}), connect.CodeNotFound,
+				{"ack missing task", ackOp(&taskpickv1.AckRequest{Pool: p, Id: "missing", LeaseToken: 1, LeaseSecret: "s"}), connect.CodeNotFound,
 					func() (proto.Message, error) {
-						return raw.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "missing", LeaseToken: 1})
+						return raw.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "missing", LeaseToken: 1, LeaseSecret: "s"})
 					}},
 				{"ack token 0", ackOp(&taskpickv1.AckRequest{Pool: p, Id: "stale"}), connect.CodeInvalidArgument,
 					func() (proto.Message, error) { return raw.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "stale"}) }},
-				{"ack unknown backend", ackOp(&taskpickv1.AckRequest{Backend: "nope", Pool: p, Id: "stale", LeaseToken: tokens["stale"]}), connect.CodeInvalidArgument,
+				{"ack unknown backend", ackOp(&taskpickv1.AckRequest{Backend: "nope", Pool: p, Id: "stale", LeaseToken: tokens["stale"], LeaseSecret: secrets["stale"]}), connect.CodeInvalidArgument,
 					func() (proto.Message, error) {
-						return raw.Ack(ctx, &taskpickv1.AckRequest{Backend: "nope", Pool: p, Id: "stale", LeaseToken: tokens["stale"]})
+						return raw.Ack(ctx, &taskpickv1.AckRequest{Backend: "nope", Pool: p, Id: "stale", LeaseToken: tokens["stale"], LeaseSecret: secrets["stale"]})
 					}},
-				{"nack", nackOp(&taskpickv1.NackRequest{Pool: p, Id: "nack-me", LeaseToken: tokens["nack-me"], Reason: "batched"}), 0, nil},
-				{"nack retry_after too long", nackOp(&taskpickv1.NackRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], RetryAfter: sec(31 * 24 * time.Hour)}), connect.CodeInvalidArgument,
+				{"nack", nackOp(&taskpickv1.NackRequest{Pool: p, Id: "nack-me", LeaseToken: tokens["nack-me"], LeaseSecret: secrets["nack-me"], Reason: "batched"}), 0, nil},
+				{"nack retry_after too long", nackOp(&taskpickv1.NackRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], LeaseSecret: secrets["stale"], RetryAfter: sec(31 * 24 * time.Hour)}), connect.CodeInvalidArgument,
 					func() (proto.Message, error) {
-						return raw.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], RetryAfter: sec(31 * 24 * time.Hour)})
+						return raw.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], LeaseSecret: secrets["stale"], RetryAfter: sec(31 * 24 * time.Hour)})
 					}},
-				{"nack stale token", nackOp(&taskpickv1.NackRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 2}), connect.CodeFailedPrecondition,
+				{"nack stale token", nackOp(&taskpickv1.NackRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 2, LeaseSecret: secrets["stale"]}), connect.CodeFailedPrecondition,
 					func() (proto.Message, error) {
-						return raw.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 2})
+						return raw.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 2, LeaseSecret: secrets["stale"]})
 					}},
-				{"extend", extendOp(&taskpickv1.ExtendRequest{Pool: p, Id: "extend-me", LeaseToken: tokens["extend-me"], Ttl: sec(time.Hour)}), 0, nil},
-				{"extend tiny ttl", extendOp(&taskpickv1.ExtendRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], Ttl: sec(time.Millisecond)}), connect.CodeInvalidArgument,
+				{"extend", extendOp(&taskpickv1.ExtendRequest{Pool: p, Id: "extend-me", LeaseToken: tokens["extend-me"], LeaseSecret: secrets["extend-me"], Ttl: sec(time.Hour)}), 0, nil},
+				{"extend tiny ttl", extendOp(&taskpickv1.ExtendRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], LeaseSecret: secrets["stale"], Ttl: sec(time.Millisecond)}), connect.CodeInvalidArgument,
 					func() (proto.Message, error) {
-						return raw.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], Ttl: sec(time.Millisecond)})
+						return raw.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], LeaseSecret: secrets["stale"], Ttl: sec(time.Millisecond)})
 					}},
-				{"extend stale token", extendOp(&taskpickv1.ExtendRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 1}), connect.CodeFailedPrecondition,
+				{"extend stale token", extendOp(&taskpickv1.ExtendRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 1, LeaseSecret: secrets["stale"]}), connect.CodeFailedPrecondition,
 					func() (proto.Message, error) {
-						return raw.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 1})
+						return raw.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"] + 1, LeaseSecret: secrets["stale"]})
 					}},
 				{"get", getOp(&taskpickv1.GetRequest{Pool: p, Id: "seen"}), 0,
 					func() (proto.Message, error) { return raw.Get(ctx, &taskpickv1.GetRequest{Pool: p, Id: "seen"}) }},
@@ -192,7 +192,7 @@ func TestBatchMixedOperations(t *testing.T) {
 			if st := get(t, in, p, "stale"); st.GetState() != taskpickv1.State_STATE_LEASED || st.GetFailures() != 0 {
 				t.Errorf("refused operations changed the stale task: %v", st)
 			}
-			if _, err := raw.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"]}); err != nil {
+			if _, err := raw.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "stale", LeaseToken: tokens["stale"], LeaseSecret: secrets["stale"]}); err != nil {
 				t.Errorf("the stale task's real lease after the refused batch operations: %v", err)
 			}
 		})

@@ -127,10 +127,10 @@ func TestBatchingClientAcks(t *testing.T) {
 				tasks[i] = task(id)
 			}
 			put(t, in, p, tasks...)
-			tokens := map[string]uint64{}
+			tokens, secrets := map[string]uint64{}, map[string]string{}
 			for len(tokens) < len(ids) {
 				for _, lt := range pick(t, in, &taskpickv1.PickRequest{Pool: p, Count: 100, Ttl: sec(time.Minute)}) {
-					tokens[lt.GetId()] = lt.GetLeaseToken()
+					tokens[lt.GetId()], secrets[lt.GetId()] = lt.GetLeaseToken(), lt.GetLeaseSecret()
 				}
 			}
 			victim, good := ids[n], ids[:n]
@@ -140,7 +140,7 @@ func TestBatchingClientAcks(t *testing.T) {
 			errs := make([]error, n)
 			var wg sync.WaitGroup
 			ack := func(i int) {
-				_, errs[i] = tc.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: good[i], LeaseToken: tokens[good[i]]})
+				_, errs[i] = tc.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: good[i], LeaseToken: tokens[good[i]], LeaseSecret: secrets[good[i]]})
 			}
 			wg.Go(func() { ack(0) })
 			<-rec.first // the first ack holds the only slot: every call below queues behind it
@@ -149,7 +149,7 @@ func TestBatchingClientAcks(t *testing.T) {
 				wg.Go(func() { ack(i) })
 				if i == n/2 {
 					wg.Go(func() {
-						_, staleErr = tc.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: victim, LeaseToken: tokens[victim] + 1})
+						_, staleErr = tc.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: victim, LeaseToken: tokens[victim] + 1, LeaseSecret: secrets[victim]})
 					})
 				}
 			}
@@ -160,7 +160,7 @@ func TestBatchingClientAcks(t *testing.T) {
 					t.Errorf("ack of %s: %v, want success", good[i], err)
 				}
 			}
-			_, alone := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: victim, LeaseToken: tokens[victim] + 1})
+			_, alone := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: victim, LeaseToken: tokens[victim] + 1, LeaseSecret: secrets[victim]})
 			if connect.CodeOf(staleErr) != connect.CodeFailedPrecondition || connect.CodeOf(alone) != connect.CodeFailedPrecondition {
 				t.Errorf("stale ack: batched %v, alone %v; want failed_precondition", staleErr, alone)
 			} else if b, a := staleErr.(*connect.Error).Message(), alone.(*connect.Error).Message(); b != a {
@@ -192,7 +192,7 @@ func TestBatchingClientAcks(t *testing.T) {
 
 			// Every good ack was applied once: the task is gone and a second ack is refused.
 			for _, id := range good {
-				_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: id, LeaseToken: tokens[id]})
+				_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: id, LeaseToken: tokens[id], LeaseSecret: secrets[id]})
 				if connect.CodeOf(err) != connect.CodeNotFound {
 					t.Errorf("second ack of %s: %v, want not_found", id, err)
 				}
@@ -241,14 +241,14 @@ func TestBatchingClientMixedCalls(t *testing.T) {
 		}, 0},
 		{"get missing", func() error { _, err := tc.Get(ctx, &taskpickv1.GetRequest{Pool: p, Id: "missing"}); return err }, connect.CodeNotFound},
 		{"extend", func() error {
-			r, err := tc.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "leased", LeaseToken: lt.GetLeaseToken(), Ttl: sec(time.Hour)})
+			r, err := tc.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "leased", LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret(), Ttl: sec(time.Hour)})
 			if err == nil && time.Until(r.GetExpiresAt().AsTime()) < 50*time.Minute {
 				return fmt.Errorf("expires at %v, want in an hour", r.GetExpiresAt().AsTime())
 			}
 			return err
 		}, 0},
 		{"nack stale", func() error {
-			_, err := tc.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "leased", LeaseToken: lt.GetLeaseToken() + 1})
+			_, err := tc.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "leased", LeaseToken: lt.GetLeaseToken() + 1, LeaseSecret: lt.GetLeaseSecret()})
 			return err
 		}, connect.CodeFailedPrecondition},
 	}

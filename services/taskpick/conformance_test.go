@@ -166,17 +166,17 @@ func testAckFenced(t *testing.T, b backendCase) {
 	put(t, in, p, task("x"))
 	lt := pick(t, in, &taskpickv1.PickRequest{Pool: p})[0]
 	for _, tok := range []uint64{lt.GetLeaseToken() + 1, lt.GetLeaseToken() - 1} {
-		_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: tok})
+		_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: tok, LeaseSecret: lt.GetLeaseSecret()})
 		wantCode(t, err, connect.CodeFailedPrecondition)
-		_, err = in.client.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "x", LeaseToken: tok})
+		_, err = in.client.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "x", LeaseToken: tok, LeaseSecret: lt.GetLeaseSecret()})
 		wantCode(t, err, connect.CodeFailedPrecondition)
-		_, err = in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "x", LeaseToken: tok})
+		_, err = in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "x", LeaseToken: tok, LeaseSecret: lt.GetLeaseSecret()})
 		wantCode(t, err, connect.CodeFailedPrecondition)
 	}
-	if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: lt.GetLeaseToken()}); err != nil {
+	if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret()}); err != nil {
 		t.Fatalf("Ack: %v", err)
 	}
-	_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: lt.GetLeaseToken()})
+	_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret()})
 	wantCode(t, err, connect.CodeNotFound)
 	_, err = in.client.Get(ctx, &taskpickv1.GetRequest{Pool: p, Id: "x"})
 	wantCode(t, err, connect.CodeNotFound)
@@ -224,11 +224,11 @@ func testRecovery(t *testing.T, b backendCase) {
 	if g := get(t, in, p, "x"); g.GetRecoveries() != 1 || g.GetFailures() != 0 || g.GetState() != taskpickv1.State_STATE_LEASED {
 		t.Fatalf("task after recovery: %v", g)
 	}
-	_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: old.GetLeaseToken()})
+	_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: old.GetLeaseToken(), LeaseSecret: old.GetLeaseSecret()})
 	wantCode(t, err, connect.CodeFailedPrecondition)
-	_, err = in.client.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "x", LeaseToken: old.GetLeaseToken()})
+	_, err = in.client.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "x", LeaseToken: old.GetLeaseToken(), LeaseSecret: old.GetLeaseSecret()})
 	wantCode(t, err, connect.CodeFailedPrecondition)
-	if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: nw.GetLeaseToken()}); err != nil {
+	if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: nw.GetLeaseToken(), LeaseSecret: nw.GetLeaseSecret()}); err != nil {
 		t.Fatalf("Ack of the new lease: %v", err)
 	}
 }
@@ -241,7 +241,7 @@ func testNackDead(t *testing.T, b backendCase) {
 		if len(got) != 1 || got[0].GetAttempt() != attempt {
 			t.Fatalf("attempt %d: picked %v", attempt, got)
 		}
-		r, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "poison", LeaseToken: got[0].GetLeaseToken(), Reason: fmt.Sprint("boom ", attempt)})
+		r, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "poison", LeaseToken: got[0].GetLeaseToken(), LeaseSecret: got[0].GetLeaseSecret(), Reason: fmt.Sprint("boom ", attempt)})
 		if err != nil {
 			t.Fatalf("Nack: %v", err)
 		}
@@ -272,7 +272,7 @@ func testNackDead(t *testing.T, b backendCase) {
 		t.Fatalf("after Requeue picked %v", got)
 	}
 	// A Nack with retry_after makes it delayed, not available.
-	if _, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "poison", LeaseToken: got[0].GetLeaseToken(), RetryAfter: sec(time.Hour)}); err != nil {
+	if _, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "poison", LeaseToken: got[0].GetLeaseToken(), LeaseSecret: got[0].GetLeaseSecret(), RetryAfter: sec(time.Hour)}); err != nil {
 		t.Fatalf("Nack: %v", err)
 	}
 	if s := stats(t, in, p); s.GetDelayed() != 1 || s.GetAvailable() != 0 {
@@ -295,7 +295,7 @@ func testExtend(t *testing.T, b backendCase) {
 	in, p := one(t, b), pool(t, "extend")
 	put(t, in, p, task("x"))
 	lt := pick(t, in, &taskpickv1.PickRequest{Pool: p, Ttl: sec(time.Second)})[0]
-	r, err := in.client.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "x", LeaseToken: lt.GetLeaseToken(), Ttl: sec(4 * time.Second)})
+	r, err := in.client.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "x", LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret(), Ttl: sec(4 * time.Second)})
 	if err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
@@ -306,7 +306,7 @@ func testExtend(t *testing.T, b backendCase) {
 	if got := pick(t, in, &taskpickv1.PickRequest{Pool: p}); len(got) != 0 {
 		t.Fatal("an extended lease was recovered")
 	}
-	if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: lt.GetLeaseToken()}); err != nil {
+	if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "x", LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret()}); err != nil {
 		t.Fatalf("Ack after Extend: %v", err)
 	}
 }
@@ -364,7 +364,7 @@ func testOrders(t *testing.T, b backendCase) {
 	for range 40 {
 		got := pick(t, in, &taskpickv1.PickRequest{Pool: pr, Order: taskpickv1.Order_ORDER_RANDOM})
 		firsts[got[0].GetId()] = true
-		if _, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: pr, Id: got[0].GetId(), LeaseToken: got[0].GetLeaseToken()}); err != nil {
+		if _, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: pr, Id: got[0].GetId(), LeaseToken: got[0].GetLeaseToken(), LeaseSecret: got[0].GetLeaseSecret()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -476,12 +476,20 @@ func testBadInput(t *testing.T, b backendCase) {
 			return err
 		}},
 		{"lease_token", func() error { _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "a"}); return err }},
+		{"lease_secret", func() error {
+			_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "a", LeaseToken: 1})
+			return err
+		}},
+		{"lease_secret", func() error {
+			_, err := in.client.Extend(ctx, &taskpickv1.ExtendRequest{Pool: p, Id: "a", LeaseToken: 1, LeaseSecret: strings.Repeat("s", taskpick.MaxLeaseSecretBytes+1)})
+			return err
+		}},
 		{"id", func() error {
 			_, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "a\x00b", LeaseToken: 1})
 			return err
 		}},
 		{"retry_after", func() error {
-			_, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "a", LeaseToken: 1, RetryAfter: sec(31 * 24 * time.Hour)})
+			_, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "a", LeaseToken: 1, LeaseSecret: "s", RetryAfter: sec(31 * 24 * time.Hour)})
 			return err
 		}},
 		{"ids", func() error { _, err := in.client.Requeue(ctx, &taskpickv1.RequeueRequest{Pool: p}); return err }},
@@ -503,7 +511,7 @@ func testBadInput(t *testing.T, b backendCase) {
 	// An over-long reason is cut, not refused.
 	put(t, in, p, &taskpickv1.NewTask{Id: "r", MaxAttempts: 1})
 	lt := pick(t, in, &taskpickv1.PickRequest{Pool: p})[0]
-	if _, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "r", LeaseToken: lt.GetLeaseToken(), Reason: strings.Repeat("é", 2000)}); err != nil {
+	if _, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "r", LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret(), Reason: strings.Repeat("é", 2000)}); err != nil {
 		t.Fatalf("Nack with a long reason: %v", err)
 	}
 	if e := get(t, in, p, "r").GetLastError(); len(e) > taskpick.MaxReasonBytes || len(e) < taskpick.MaxReasonBytes-1 {
@@ -521,7 +529,7 @@ func testReputTokens(t *testing.T, b backendCase) {
 			t.Fatalf("token %d after %d of an earlier life of the id", lt.GetLeaseToken(), last)
 		}
 		last = lt.GetLeaseToken()
-		if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "same", LeaseToken: last}); err != nil {
+		if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "same", LeaseToken: last, LeaseSecret: lt.GetLeaseSecret()}); err != nil {
 			t.Fatal(err)
 		}
 		// The guarantee is for a life begun in an earlier millisecond (see taskpick.TokenScale).
@@ -545,9 +553,9 @@ func testRacingFinishes(t *testing.T, b backendCase) {
 			wg.Go(func() {
 				var err error
 				if g%2 == 0 {
-					_, err = in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: id, LeaseToken: lt.GetLeaseToken()})
+					_, err = in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: id, LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret()})
 				} else {
-					_, err = in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: id, LeaseToken: lt.GetLeaseToken(), RetryAfter: sec(time.Hour)})
+					_, err = in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: id, LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret(), RetryAfter: sec(time.Hour)})
 				}
 				mu.Lock()
 				defer mu.Unlock()

@@ -57,7 +57,7 @@ func TestSeedsScenarioAtScale(t *testing.T) {
 						mu.Lock()
 						picks[lt.GetId()]++ // a second pick of a task is a double grab
 						mu.Unlock()
-						if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: lt.GetId(), LeaseToken: lt.GetLeaseToken()}); err != nil {
+						if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: lt.GetId(), LeaseToken: lt.GetLeaseToken(), LeaseSecret: lt.GetLeaseSecret()}); err != nil {
 							t.Errorf("Ack %s: %v", lt.GetId(), err)
 							return
 						}
@@ -132,11 +132,11 @@ func TestWorkerKilledMidTask(t *testing.T) {
 				t.Fatalf("redelivery %v after the killed worker's token %d", got, stale)
 			}
 			t.Logf("redelivered %v after the kill (lease 1s)", time.Since(killedAt).Round(time.Millisecond))
-			_, err = in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "job", LeaseToken: stale})
+			_, err = in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "job", LeaseToken: stale, LeaseSecret: "the killed worker's"})
 			if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 				t.Fatalf("the killed worker's Ack: %v, want failed_precondition", err)
 			}
-			if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "job", LeaseToken: got[0].GetLeaseToken()}); err != nil {
+			if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: "job", LeaseToken: got[0].GetLeaseToken(), LeaseSecret: got[0].GetLeaseSecret()}); err != nil {
 				t.Fatalf("Ack of the redelivery: %v", err)
 			}
 		})

@@ -38,6 +38,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger logs failed sweeps; default slog.Default().
 	Logger *slog.Logger
+	// MaxAnswerBytes bounds every answer, in bytes, in either encoding (see AnswerBytes):
+	// Pick leases, ListDead lists and a Batch's Gets read no more than fits. Default
+	// DefaultMaxAnswerBytes (4 MiB); at least MinAnswerBytes.
+	MaxAnswerBytes int
 }
 
 // DefaultSweepInterval is how often each instance sweeps expired leases by default.
@@ -53,6 +57,7 @@ type Service struct {
 	metrics   *metrics
 	log       *slog.Logger
 	unsub     func() error
+	maxAnswer int
 	stopSweep context.CancelFunc
 	swept     sync.WaitGroup
 }
@@ -78,8 +83,14 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = DefaultSweepInterval
 	}
+	if cfg.MaxAnswerBytes == 0 {
+		cfg.MaxAnswerBytes = DefaultMaxAnswerBytes
+	}
+	if cfg.MaxAnswerBytes < MinAnswerBytes {
+		return nil, fmt.Errorf("taskpick: MaxAnswerBytes %d is below %d, the answer of one task of the largest size", cfg.MaxAnswerBytes, MinAnswerBytes)
+	}
 	s := &Service{backends: cfg.Backends, def: def, bus: cfg.Events, waiters: newWaiters(), recheck: cfg.Recheck,
-		metrics: newMetrics(cfg.Registerer), log: cfg.Logger}
+		metrics: newMetrics(cfg.Registerer), log: cfg.Logger, maxAnswer: cfg.MaxAnswerBytes}
 	if s.bus != nil {
 		unsub, err := s.bus.Subscribe(availablePattern, s.onAvailable)
 		if err != nil {
@@ -193,7 +204,9 @@ func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskp
 	if err != nil {
 		return nil, err
 	}
-	tasks, start, err := s.pick(ctx, name, b, req.GetPool(), n, ttl, order, wait)
+	secrets, digests := newLeases(n)
+	spec := PickSpec{N: n, TTL: ttl, Order: order, Digests: digests, MaxBytes: s.maxAnswer - answerSlack}
+	tasks, start, err := s.pick(ctx, name, b, req.GetPool(), spec, wait)
 	s.metrics.calls.WithLabelValues(name, "pick", result(err)).Inc()
 	if err != nil {
 		return nil, fail(ctx, err)
@@ -204,7 +217,7 @@ func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskp
 	for i, t := range tasks {
 		resp.Tasks[i] = &taskpickv1.LeasedTask{
 			Id: t.ID, Payload: t.Payload, Priority: t.Priority, LeaseToken: t.Token,
-			Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, ExpiresAt: expires,
+			Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, ExpiresAt: expires, LeaseSecret: secrets[i],
 		}
 	}
 	return resp, nil
@@ -212,11 +225,11 @@ func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskp
 
 // Ack implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Ack(ctx context.Context, req *taskpickv1.AckRequest) (*taskpickv1.AckResponse, error) {
-	name, b, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken())
+	name, b, lease, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
 	if err != nil {
 		return nil, err
 	}
-	err = b.Ack(ctx, req.GetPool(), req.GetId(), req.GetLeaseToken())
+	err = b.Ack(ctx, req.GetPool(), req.GetId(), lease)
 	s.metrics.calls.WithLabelValues(name, "ack", result(err)).Inc()
 	if err != nil {
 		return nil, fail(ctx, err)
@@ -227,7 +240,7 @@ func (s *Service) Ack(ctx context.Context, req *taskpickv1.AckRequest) (*taskpic
 
 // Nack implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskpickv1.NackResponse, error) {
-	name, b, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken())
+	name, b, lease, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +248,7 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 	if err != nil {
 		return nil, err
 	}
-	dead, err := b.Nack(ctx, req.GetPool(), req.GetId(), req.GetLeaseToken(), retry, cutReason(req.GetReason()))
+	dead, err := b.Nack(ctx, req.GetPool(), req.GetId(), lease, retry, cutReason(req.GetReason()))
 	s.metrics.calls.WithLabelValues(name, "nack", result(err)).Inc()
 	if err != nil {
 		return nil, fail(ctx, err)
@@ -251,7 +264,7 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 
 // Extend implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*taskpickv1.ExtendResponse, error) {
-	name, b, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken())
+	name, b, lease, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +273,7 @@ func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*t
 		return nil, err
 	}
 	start := time.Now()
-	err = b.Extend(ctx, req.GetPool(), req.GetId(), req.GetLeaseToken(), ttl)
+	err = b.Extend(ctx, req.GetPool(), req.GetId(), lease, ttl)
 	s.metrics.calls.WithLabelValues(name, "extend", result(err)).Inc()
 	if err != nil {
 		return nil, fail(ctx, err)
@@ -268,19 +281,26 @@ func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*t
 	return &taskpickv1.ExtendResponse{ExpiresAt: timestamppb.New(start.Add(ttl))}, nil
 }
 
-// leaseRequest validates what Ack, Nack and Extend share.
-func (s *Service) leaseRequest(backend, pool, id string, token uint64) (string, Backend, error) {
+// leaseRequest validates what Ack, Nack and Extend share and hashes the lease's secret: the
+// backends see only its digest.
+func (s *Service) leaseRequest(backend, pool, id string, token uint64, secret string) (string, Backend, Lease, error) {
 	name, b, err := s.backend(backend)
 	if err != nil {
-		return "", nil, err
+		return "", nil, Lease{}, err
 	}
 	if err := server.CheckKey("pool", pool); err != nil {
-		return "", nil, err
+		return "", nil, Lease{}, err
 	}
 	if err := server.CheckKey("id", id); err != nil {
-		return "", nil, err
+		return "", nil, Lease{}, err
 	}
-	return name, b, checkToken(token)
+	if err := checkToken(token); err != nil {
+		return "", nil, Lease{}, err
+	}
+	if err := checkSecret(secret); err != nil {
+		return "", nil, Lease{}, err
+	}
+	return name, b, Lease{Token: token, Digest: LeaseDigest(secret)}, nil
 }
 
 // Get implements taskpickv1connect.TaskPickServiceHandler.
@@ -343,11 +363,11 @@ func (s *Service) ListDead(ctx context.Context, req *taskpickv1.ListDeadRequest)
 	if err != nil {
 		return nil, err
 	}
-	tasks, total, err := b.ListDead(ctx, req.GetPool(), limit)
+	tasks, total, truncated, err := b.ListDead(ctx, req.GetPool(), limit, s.maxAnswer-answerSlack)
 	if err != nil {
 		return nil, fail(ctx, err)
 	}
-	resp := &taskpickv1.ListDeadResponse{Total: total}
+	resp := &taskpickv1.ListDeadResponse{Total: total, Truncated: truncated}
 	for _, t := range tasks {
 		resp.Tasks = append(resp.Tasks, taskProto(t))
 	}

@@ -51,6 +51,19 @@ func checkToken(token uint64) error {
 	return nil
 }
 
+// checkSecret refuses a missing lease secret (a client that predates them, or forgot) with
+// invalid_argument naming the field, and one longer than any the service makes. A wrong
+// secret of a plausible length is failed_precondition, from the backend, like a stale token.
+func checkSecret(secret string) error {
+	switch {
+	case secret == "":
+		return server.InvalidField("lease_secret", "is empty: pass the lease_secret Pick returned with the task")
+	case len(secret) > MaxLeaseSecretBytes:
+		return server.InvalidField("lease_secret", "is %d bytes, the limit is %d", len(secret), MaxLeaseSecretBytes)
+	}
+	return nil
+}
+
 // parseTasks validates a whole Put batch before anything is written.
 func parseTasks(in []*taskpickv1.NewTask, now time.Time) ([]NewTask, error) {
 	if len(in) == 0 || len(in) > MaxPutTasks {

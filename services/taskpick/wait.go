@@ -32,10 +32,10 @@ var availablePattern = subject.TaskAvailablePattern("*")
 
 // pick runs one Pick, waiting up to wait for a task. start is when the attempt that answered
 // began: the leases it returns end no earlier than start + ttl.
-func (s *Service) pick(ctx context.Context, name string, b Backend, pool string, n int, ttl time.Duration, order Order, wait time.Duration) ([]LeasedTask, time.Time, error) {
+func (s *Service) pick(ctx context.Context, name string, b Backend, pool string, spec PickSpec, wait time.Duration) ([]LeasedTask, time.Time, error) {
 	start := time.Now()
 	if wait == 0 {
-		p, err := b.Pick(ctx, pool, n, ttl, order)
+		p, err := b.Pick(ctx, pool, spec)
 		return p.Tasks, start, err
 	}
 	end := start.Add(wait)
@@ -47,9 +47,9 @@ func (s *Service) pick(ctx context.Context, name string, b Backend, pool string,
 	waited := false
 	for {
 		start = time.Now()
-		p, err := b.Pick(ctx, pool, n, ttl, order)
+		p, err := b.Pick(ctx, pool, spec)
 		if err != nil || len(p.Tasks) > 0 || !start.Before(end) {
-			if len(p.Tasks) == n {
+			if len(p.Tasks) == spec.N || p.Full {
 				s.waiters.wake(name, pool, 1) // more may be left for the next waiter
 			}
 			if waited {

@@ -298,10 +298,10 @@ func TestWorkLeaseLost(t *testing.T) {
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			picked := make(chan uint64, 1)
+			picked := make(chan *client.Task, 1)
 			lost := make(chan error, 1)
 			handler := func(hctx context.Context, task *client.Task) error {
-				picked <- task.LeaseToken
+				picked <- task
 				<-hctx.Done()
 				lost <- context.Cause(hctx)
 				return hctx.Err()
@@ -314,17 +314,17 @@ func TestWorkLeaseLost(t *testing.T) {
 					client.WithLeaseTTL(3*time.Second), client.WithWorkStats(&stats))
 			}()
 
-			token := <-picked
+			held := <-picked
 			tasks := c.Tasks()
-			if _, err := tasks.Nack(ctx, &taskpickv1.NackRequest{Backend: backend, Pool: pool, Id: "stolen", LeaseToken: token}); err != nil {
-				t.Fatalf("nack with the worker's token: %v", err)
+			if _, err := tasks.Nack(ctx, &taskpickv1.NackRequest{Backend: backend, Pool: pool, Id: "stolen", LeaseToken: held.LeaseToken, LeaseSecret: held.LeaseSecret()}); err != nil {
+				t.Fatalf("nack with the worker's lease: %v", err)
 			}
 			// Work's only slot is busy, so this raw Pick is the one that gets the task.
 			res, err := tasks.Pick(ctx, &taskpickv1.PickRequest{Backend: backend, Pool: pool, Ttl: durationpb.New(time.Minute)})
 			if err != nil || len(res.GetTasks()) != 1 {
 				t.Fatalf("the other worker's pick = %v, %v; want the task", res, err)
 			}
-			mine := res.GetTasks()[0].GetLeaseToken()
+			mine := res.GetTasks()[0]
 			start := time.Now()
 			select {
 			case cause := <-lost:
@@ -340,8 +340,8 @@ func TestWorkLeaseLost(t *testing.T) {
 			if stats.LeasesLost.Load() != 1 || stats.Nacked.Load() != 0 || stats.Acked.Load() != 0 {
 				t.Errorf("stats: lost %d, nacked %d, acked %d; want 1, 0, 0", stats.LeasesLost.Load(), stats.Nacked.Load(), stats.Acked.Load())
 			}
-			// The task is the other worker's: its token still finishes it.
-			if _, err := tasks.Ack(context.Background(), &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: "stolen", LeaseToken: mine}); err != nil {
+			// The task is the other worker's: its lease still finishes it.
+			if _, err := tasks.Ack(context.Background(), &taskpickv1.AckRequest{Backend: backend, Pool: pool, Id: "stolen", LeaseToken: mine.GetLeaseToken(), LeaseSecret: mine.GetLeaseSecret()}); err != nil {
 				t.Fatalf("the other worker's ack: %v", err)
 			}
 		})

@@ -2,6 +2,7 @@ package redistask
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestClusterOfThreeHostileNames(t *testing.T) {
 		if err != nil || len(created) != len(tasks) || !created[0] {
 			t.Fatalf("Put(%q) = %v, %v", pool, created, err)
 		}
-		picked, err := b.Pick(ctx, pool, len(tasks), time.Minute, taskpick.Priority)
+		picked, err := b.Pick(ctx, pool, spec(len(tasks), taskpick.Priority))
 		if err != nil || len(picked.Tasks) != len(tasks) || picked.Tasks[0].ID != hostileNames[len(hostileNames)-1] {
 			t.Fatalf("Pick(%q) = %d tasks, %v; want all, highest priority first", pool, len(picked.Tasks), err)
 		}
@@ -59,19 +60,19 @@ func TestClusterOfThreeHostileNames(t *testing.T) {
 			}
 			switch i % 3 {
 			case 0:
-				if err := a.Ack(ctx, pool, lt.ID, lt.Token); err != nil {
+				if err := a.Ack(ctx, pool, lt.ID, lease(lt, i)); err != nil {
 					t.Fatalf("Ack(%q, %q): %v", pool, lt.ID, err)
 				}
 			case 1:
-				if err := a.Extend(ctx, pool, lt.ID, lt.Token, time.Minute); err != nil {
+				if err := a.Extend(ctx, pool, lt.ID, lease(lt, i), time.Minute); err != nil {
 					t.Fatalf("Extend(%q, %q): %v", pool, lt.ID, err)
 				}
-				if dead, err := a.Nack(ctx, pool, lt.ID, lt.Token, 0, "boom"); err != nil || !dead {
+				if dead, err := a.Nack(ctx, pool, lt.ID, lease(lt, i), 0, "boom"); err != nil || !dead {
 					t.Fatalf("Nack(%q, %q) = %v, %v; want dead after its one attempt", pool, lt.ID, dead, err)
 				}
 			case 2:
 				// The lease runs out: the sweep kills the task (one attempt).
-				if err := a.Extend(ctx, pool, lt.ID, lt.Token, time.Millisecond); err != nil {
+				if err := a.Extend(ctx, pool, lt.ID, lease(lt, i), time.Millisecond); err != nil {
 					t.Fatalf("Extend(%q, %q): %v", pool, lt.ID, err)
 				}
 			}
@@ -94,7 +95,7 @@ func TestClusterOfThreeHostileNames(t *testing.T) {
 		if err != nil || st.Done != (n+2)/3 || st.Dead != n-(n+2)/3 || st.Leased != 0 {
 			t.Fatalf("Stats(%q) = %+v, %v; want %d done and the rest dead", pool, st, err, (n+2)/3)
 		}
-		dead, total, err := a.ListDead(ctx, pool, 1000)
+		dead, total, _, err := a.ListDead(ctx, pool, 1000, taskpick.DefaultMaxAnswerBytes)
 		if err != nil || uint64(len(dead)) != total || total != st.Dead {
 			t.Fatalf("ListDead(%q) = %d of %d, %v", pool, len(dead), total, err)
 		}
@@ -121,7 +122,7 @@ func TestSentinelFailover(t *testing.T) {
 	if _, err := b.Put(ctx, pool, []taskpick.NewTask{{ID: "a"}, {ID: "b"}}); err != nil {
 		t.Fatal(err)
 	}
-	before, err := b.Pick(ctx, pool, 1, time.Minute, taskpick.FIFO)
+	before, err := b.Pick(ctx, pool, spec(1, taskpick.FIFO))
 	if err != nil || len(before.Tasks) != 1 {
 		t.Fatalf("Pick = %+v, %v", before, err)
 	}
@@ -132,7 +133,7 @@ func TestSentinelFailover(t *testing.T) {
 	set.Failover(t)
 	var after taskpick.Picked
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if after, err = b.Pick(ctx, pool, 10, time.Minute, taskpick.FIFO); err == nil {
+		if after, err = b.Pick(ctx, pool, spec(10, taskpick.FIFO)); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -142,10 +143,30 @@ func TestSentinelFailover(t *testing.T) {
 	if len(after.Tasks) != 1 || after.Tasks[0].ID == before.Tasks[0].ID {
 		t.Fatalf("after the failover picked %+v, want the one task not leased before", after.Tasks)
 	}
-	if err := b.Ack(ctx, pool, before.Tasks[0].ID, before.Tasks[0].Token); err != nil {
+	if err := b.Ack(ctx, pool, before.Tasks[0].ID, lease(before.Tasks[0], 0)); err != nil {
 		t.Fatalf("Ack of the lease taken before the failover: %v", err)
 	}
-	if err := b.Ack(ctx, pool, after.Tasks[0].ID, after.Tasks[0].Token); err != nil {
+	if err := b.Ack(ctx, pool, after.Tasks[0].ID, lease(after.Tasks[0], 0)); err != nil {
 		t.Fatalf("Ack: %v", err)
 	}
+}
+
+// testDigests are the lease digests the tests' picks hand out: the i-th task picked gets the
+// i-th.
+var testDigests = func() []string {
+	d := make([]string, taskpick.MaxPickCount)
+	for i := range d {
+		d[i] = taskpick.LeaseDigest(fmt.Sprint("secret-", i))
+	}
+	return d
+}()
+
+// spec is a pick of n in order under testDigests, for a minute.
+func spec(n int, order taskpick.Order) taskpick.PickSpec {
+	return taskpick.PickSpec{N: n, TTL: time.Minute, Order: order, Digests: testDigests, MaxBytes: taskpick.DefaultMaxAnswerBytes}
+}
+
+// lease is the lease of lt, the i-th task of a pick made with spec.
+func lease(lt taskpick.LeasedTask, i int) taskpick.Lease {
+	return taskpick.Lease{Token: lt.Token, Digest: testDigests[i]}
 }

@@ -142,8 +142,13 @@ func orderArg(o taskpick.Order) string {
 }
 
 // Pick implements taskpick.Backend.
-func (b *Backend) Pick(ctx context.Context, pool string, n int, ttl time.Duration, order taskpick.Order) (taskpick.Picked, error) {
-	v, err := b.run(ctx, pickScript, pool, n, ceilMillis(ttl), orderArg(order))
+func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
+	args := make([]any, 0, 4+spec.N)
+	args = append(args, spec.N, ceilMillis(spec.TTL), orderArg(spec.Order), spec.MaxBytes)
+	for _, d := range spec.Digests[:spec.N] {
+		args = append(args, d)
+	}
+	v, err := b.run(ctx, pickScript, pool, args...)
 	if err != nil {
 		return taskpick.Picked{}, err
 	}
@@ -152,7 +157,8 @@ func (b *Backend) Pick(ctx context.Context, pool string, n int, ttl time.Duratio
 	if due := toInt(vals[1]); due >= 0 {
 		out.NextDue = time.UnixMilli(due)
 	}
-	for i := 2; i+5 < len(vals); i += 6 {
+	out.Full = toInt(vals[2]) == 1
+	for i := 3; i+5 < len(vals); i += 6 {
 		out.Tasks = append(out.Tasks, taskpick.LeasedTask{
 			ID: vals[i].(string), Payload: []byte(vals[i+1].(string)), Priority: int32(toInt(vals[i+2])),
 			Token: uint64(toInt(vals[i+3])), Attempt: uint32(toInt(vals[i+4])), MaxAttempts: uint32(toInt(vals[i+5])),
@@ -178,8 +184,8 @@ func leaseResult(h int64) error {
 }
 
 // Ack implements taskpick.Backend.
-func (b *Backend) Ack(ctx context.Context, pool, id string, token uint64) error {
-	v, err := b.run(ctx, ackScript, pool, id, strconv.FormatUint(token, 10), b.cfg.Retention.Milliseconds())
+func (b *Backend) Ack(ctx context.Context, pool, id string, lease taskpick.Lease) error {
+	v, err := b.run(ctx, ackScript, pool, id, strconv.FormatUint(lease.Token, 10), lease.Digest, b.cfg.Retention.Milliseconds())
 	if err != nil {
 		return err
 	}
@@ -191,8 +197,8 @@ func (b *Backend) Ack(ctx context.Context, pool, id string, token uint64) error 
 }
 
 // Extend implements taskpick.Backend.
-func (b *Backend) Extend(ctx context.Context, pool, id string, token uint64, ttl time.Duration) error {
-	v, err := b.run(ctx, extendScript, pool, id, strconv.FormatUint(token, 10), ceilMillis(ttl))
+func (b *Backend) Extend(ctx context.Context, pool, id string, lease taskpick.Lease, ttl time.Duration) error {
+	v, err := b.run(ctx, extendScript, pool, id, strconv.FormatUint(lease.Token, 10), lease.Digest, ceilMillis(ttl))
 	if err != nil {
 		return err
 	}
@@ -200,8 +206,8 @@ func (b *Backend) Extend(ctx context.Context, pool, id string, token uint64, ttl
 }
 
 // Nack implements taskpick.Backend.
-func (b *Backend) Nack(ctx context.Context, pool, id string, token uint64, retryAfter time.Duration, reason string) (bool, error) {
-	v, err := b.run(ctx, nackScript, pool, id, strconv.FormatUint(token, 10), ceilMillis(retryAfter), reason)
+func (b *Backend) Nack(ctx context.Context, pool, id string, lease taskpick.Lease, retryAfter time.Duration, reason string) (bool, error) {
+	v, err := b.run(ctx, nackScript, pool, id, strconv.FormatUint(lease.Token, 10), lease.Digest, ceilMillis(retryAfter), reason)
 	if err != nil {
 		return false, err
 	}
@@ -265,19 +271,19 @@ func (b *Backend) Stats(ctx context.Context, pool string) (taskpick.Stats, error
 }
 
 // ListDead implements taskpick.Backend.
-func (b *Backend) ListDead(ctx context.Context, pool string, limit int) ([]taskpick.Task, uint64, error) {
-	v, err := b.run(ctx, listDeadScript, pool, limit)
+func (b *Backend) ListDead(ctx context.Context, pool string, limit, maxBytes int) ([]taskpick.Task, uint64, bool, error) {
+	v, err := b.run(ctx, listDeadScript, pool, limit, maxBytes)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	vals := v.([]any)
 	var out []taskpick.Task
-	for i := 1; i+8 < len(vals); i += 9 {
+	for i := 2; i+8 < len(vals); i += 9 {
 		t := taskFrom(str(vals[i]), vals[i+1], vals[i+2], vals[i+3], vals[i+4], vals[i+5], vals[i+6], vals[i+7], vals[i+8])
 		t.State = taskpick.Dead
 		out = append(out, t)
 	}
-	return out, uint64(toInt(vals[0])), nil
+	return out, uint64(toInt(vals[0])), toInt(vals[1]) == 1, nil
 }
 
 // Requeue implements taskpick.Backend.

@@ -8,7 +8,7 @@ import "github.com/redis/go-redis/v9"
 // A task hash holds: p payload, pr priority, st state (1 available, 2 leased, 3 dead, 4 done),
 // m its member in the ready sets while it is ready, ra (ready: when it became available;
 // delayed: when it is due; leased: the lease's end; dead: when it died; done: purge time),
-// tk the last lease token, at attempts, ma max attempts, f failures, r recoveries, e last error.
+// tk the last lease token, lh the digest of the lease's secret, at attempts, ma max attempts, f failures, r recoveries, e last error.
 const prelude = `
 local K_READY, K_FIFO, K_DELAYED, K_LEASED, K_DEAD, K_DONE, K_SEQ, K_REG =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -36,12 +36,17 @@ local function register()
   redis.call('SET', K_REG, 1)
   return 1
 end
--- held: 1 when token holds an unexpired lease on key, 0 when the task is missing, -1 stale.
-local function held(key, token)
-  local st, tk, ra = unpack(redis.call('HMGET', key, 'st', 'tk', 'ra'))
+-- held: 1 when token and digest hold an unexpired lease on key, 0 when the task is missing,
+-- -1 stale.
+local function held(key, token, digest)
+  local st, tk, lh, ra = unpack(redis.call('HMGET', key, 'st', 'tk', 'lh', 'ra'))
   if not st then return 0 end
-  if st ~= '2' or tk ~= token or tonumber(ra) <= now then return -1 end
+  if st ~= '2' or tk ~= token or lh ~= digest or tonumber(ra) <= now then return -1 end
   return 1
+end
+-- cost bounds a task's bytes in an answer, as taskpick.AnswerBytes.
+local function cost(plen, slen)
+  return 4 * math.floor((plen + 2) / 3) + 6 * slen + 256
 end
 `
 
@@ -69,10 +74,12 @@ end
 return out
 `)
 
-// pickScript: ARGV[2] count, ARGV[3] ttl ms, ARGV[4] order (fifo, priority, random). Returns
-// {registered, next due or -1, then per task: id, payload, priority, token, attempt, max}.
+// pickScript: ARGV[2] count, ARGV[3] ttl ms, ARGV[4] order (fifo, priority, random), ARGV[5]
+// the answer's byte budget, ARGV[6..] the new leases' digests, one per task in pick order.
+// Returns {registered, next due or -1, full, then per task in pick order: id, payload,
+// priority, token, attempt, max}; full is 1 when the budget stopped the pick.
 var pickScript = redis.NewScript(prelude + `
-local n, ttl, order = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local n, ttl, order, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 promote(1000)
 local members
 if order == 'random' then
@@ -82,34 +89,42 @@ elseif order == 'priority' then
 else
   members = redis.call('ZRANGE', K_FIFO, 0, n - 1)
 end
-local out = {0, -1}
+local out = {0, -1, 0}
 if #members > 0 then out[1] = register() end
 local exp = now + 1 + ttl
+local used, taken = 0, 0
 for _, m in ipairs(members) do
   local id = string.sub(m, 29)
   local key = P .. id
+  used = used + cost(redis.call('HSTRLEN', key, 'p'), #id)
+  if used > budget and taken > 0 then
+    out[3] = 1
+    break
+  end
+  taken = taken + 1
   redis.call('ZREM', K_FIFO, m)
   redis.call('ZREM', K_READY, m)
   local tok = math.max(tonumber(redis.call('HGET', key, 'tk')) + 1, now * 1024)
   local at = redis.call('HINCRBY', key, 'at', 1)
   local stok = string.format('%.0f', tok)
-  redis.call('HSET', key, 'st', 2, 'm', '', 'tk', stok, 'ra', string.format('%.0f', exp))
+  redis.call('HSET', key, 'st', 2, 'm', '', 'tk', stok, 'lh', ARGV[5 + taken], 'ra', string.format('%.0f', exp))
   redis.call('ZADD', K_LEASED, exp, id)
   local payload, prio, maxa = unpack(redis.call('HMGET', key, 'p', 'pr', 'ma'))
   for _, v in ipairs({id, payload, prio, stok, at, maxa}) do out[#out + 1] = v end
 end
-if #members < n then
+if taken < n and out[3] == 0 then
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = first[2] end
 end
 return out
 `)
 
-// ackScript: ARGV[2] id, ARGV[3] token, ARGV[4] retention ms. Returns {held, registered}.
+// ackScript: ARGV[2] id, ARGV[3] token, ARGV[4] digest, ARGV[5] retention ms. Returns
+// {held, registered}.
 var ackScript = redis.NewScript(prelude + `
-local id, keep = ARGV[2], tonumber(ARGV[4])
+local id, keep = ARGV[2], tonumber(ARGV[5])
 local key = P .. id
-local h = held(key, ARGV[3])
+local h = held(key, ARGV[3], ARGV[4])
 if h ~= 1 then return {h, 0} end
 redis.call('ZREM', K_LEASED, id)
 if keep > 0 then
@@ -121,28 +136,28 @@ redis.call('DEL', key)
 return {1, 0}
 `)
 
-// extendScript: ARGV[2] id, ARGV[3] token, ARGV[4] ttl ms. Returns held.
+// extendScript: ARGV[2] id, ARGV[3] token, ARGV[4] digest, ARGV[5] ttl ms. Returns held.
 var extendScript = redis.NewScript(prelude + `
 local id = ARGV[2]
 local key = P .. id
-local h = held(key, ARGV[3])
+local h = held(key, ARGV[3], ARGV[4])
 if h ~= 1 then return h end
-local exp = now + 1 + tonumber(ARGV[4])
+local exp = now + 1 + tonumber(ARGV[5])
 redis.call('HSET', key, 'ra', string.format('%.0f', exp))
 redis.call('ZADD', K_LEASED, exp, id)
 return 1
 `)
 
-// nackScript: ARGV[2] id, ARGV[3] token, ARGV[4] retry-after ms, ARGV[5] reason. Returns
-// held, or 2 when the task died.
+// nackScript: ARGV[2] id, ARGV[3] token, ARGV[4] digest, ARGV[5] retry-after ms, ARGV[6]
+// reason. Returns held, or 2 when the task died.
 var nackScript = redis.NewScript(prelude + `
-local id, delay = ARGV[2], tonumber(ARGV[4])
+local id, delay = ARGV[2], tonumber(ARGV[5])
 local key = P .. id
-local h = held(key, ARGV[3])
+local h = held(key, ARGV[3], ARGV[4])
 if h ~= 1 then return h end
 redis.call('ZREM', K_LEASED, id)
 redis.call('HINCRBY', key, 'f', 1)
-redis.call('HSET', key, 'e', ARGV[5])
+redis.call('HSET', key, 'e', ARGV[6])
 local at, maxa, prio = unpack(redis.call('HMGET', key, 'at', 'ma', 'pr'))
 if tonumber(at) >= tonumber(maxa) then
   redis.call('HSET', key, 'st', 3, 'ra', now)
@@ -181,11 +196,20 @@ return {now, redis.call('ZCARD', K_FIFO) + due, redis.call('ZCARD', K_DELAYED) -
   redis.call('ZCARD', K_LEASED), redis.call('ZCARD', K_DEAD), redis.call('ZCARD', K_DONE), oldest}
 `)
 
-// listDeadScript: ARGV[2] limit. Returns {total, then per task: id, p, pr, at, ma, f, r, ra, e}.
+// listDeadScript: ARGV[2] limit, ARGV[3] the answer's byte budget. Returns {total, truncated,
+// then per task: id, p, pr, at, ma, f, r, ra, e}; it reads no payload that does not fit.
 var listDeadScript = redis.NewScript(prelude + `
 local ids = redis.call('ZRANGE', K_DEAD, 0, tonumber(ARGV[2]) - 1)
-local out = {redis.call('ZCARD', K_DEAD)}
-for _, id in ipairs(ids) do
+local budget = tonumber(ARGV[3])
+local out = {redis.call('ZCARD', K_DEAD), 0}
+local used = 0
+for i, id in ipairs(ids) do
+  local key = P .. id
+  used = used + cost(redis.call('HSTRLEN', key, 'p'), #id + redis.call('HSTRLEN', key, 'e'))
+  if used > budget and i > 1 then
+    out[2] = 1
+    break
+  end
   out[#out + 1] = id
   for _, v in ipairs(redis.call('HMGET', P .. id, 'p', 'pr', 'at', 'ma', 'f', 'r', 'ra', 'e')) do
     out[#out + 1] = v or ''

@@ -59,29 +59,35 @@ func (b *Backend) Stats(ctx context.Context, pool string) (taskpick.Stats, error
 	return s, nil
 }
 
-// ListDead implements taskpick.Backend.
-func (b *Backend) ListDead(ctx context.Context, pool string, limit int) ([]taskpick.Task, uint64, error) {
+// ListDead implements taskpick.Backend: the rows are read one at a time, and reading stops
+// at the first that does not fit in maxBytes.
+func (b *Backend) ListDead(ctx context.Context, pool string, limit, maxBytes int) ([]taskpick.Task, uint64, bool, error) {
 	var total uint64
 	if err := b.st.countDead.QueryRowContext(ctx, pool).Scan(&total); err != nil {
-		return nil, 0, b.fail(ctx, err)
+		return nil, 0, false, b.fail(ctx, err)
 	}
 	rows, err := b.st.listDead.QueryContext(ctx, pool, limit)
 	if err != nil {
-		return nil, 0, b.fail(ctx, err)
+		return nil, 0, false, b.fail(ctx, err)
 	}
 	defer rows.Close()
 	var out []taskpick.Task
+	used := 0
 	for rows.Next() {
 		t, err := scanTask(rows)
 		if err != nil {
-			return nil, 0, b.fail(ctx, err)
+			return nil, 0, false, b.fail(ctx, err)
+		}
+		used += taskpick.AnswerBytes(len(t.Payload), len(t.ID)+len(t.LastError))
+		if used > maxBytes && len(out) > 0 {
+			return out, total, true, nil
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, b.fail(ctx, err)
+		return nil, 0, false, b.fail(ctx, err)
 	}
-	return out, total, nil
+	return out, total, false, nil
 }
 
 // Requeue implements taskpick.Backend: one transaction of one UPDATE per id, each changing

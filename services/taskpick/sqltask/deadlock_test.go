@@ -76,17 +76,20 @@ func TestRacingWritersOnMySQL(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for time.Now().Before(end) {
-				p, err := b.Pick(ctx, pool, 4, 20*time.Millisecond, taskpick.Order(g%3))
+				digests := []string{"d0", "d1", "d2", "d3"}
+				p, err := b.Pick(ctx, pool, taskpick.PickSpec{N: 4, TTL: 20 * time.Millisecond, Order: taskpick.Order(g % 3),
+					Digests: digests, MaxBytes: taskpick.DefaultMaxAnswerBytes})
 				check("pick", err)
 				for i, lt := range p.Tasks {
+					lease := taskpick.Lease{Token: lt.Token, Digest: digests[i]}
 					switch (i + g) % 3 {
 					case 0:
-						check("ack", b.Ack(ctx, pool, lt.ID, lt.Token))
+						check("ack", b.Ack(ctx, pool, lt.ID, lease))
 					case 1:
-						_, err := b.Nack(ctx, pool, lt.ID, lt.Token, 0, "racing")
+						_, err := b.Nack(ctx, pool, lt.ID, lease, 0, "racing")
 						check("nack", err)
 					case 2:
-						check("extend", b.Extend(ctx, pool, lt.ID, lt.Token, 10*time.Millisecond))
+						check("extend", b.Extend(ctx, pool, lt.ID, lease, 10*time.Millisecond))
 					}
 				}
 			}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
-	"time"
+	"strings"
 
 	"github.com/coordkit/coordkit/services/taskpick"
 )
@@ -38,13 +38,17 @@ func candidates(cols string, o taskpick.Order, lock string) []string {
 // Parameters: lease end, now × TokenScale twice.
 const leaseSet = " SET state = 2, attempt = attempt + 1, run_at = ?, token = CASE WHEN token + 1 > ? THEN token + 1 ELSE ? END"
 
-// Pick implements taskpick.Backend.
-func (b *Backend) Pick(ctx context.Context, pool string, n int, ttl time.Duration, order taskpick.Order) (taskpick.Picked, error) {
+// Pick implements taskpick.Backend: one transaction that reads up to n due tasks in the pick's
+// order (on InnoDB with a locking read that skips rows other pickers hold, so concurrent
+// pickers take disjoint tasks without waiting; on SQLite the IMMEDIATE transaction holds the
+// whole file), then leases the ones it keeps with one UPDATE. The tasks come back in the
+// order they were read: pick order.
+func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
 	var out taskpick.Picked
 	var now int64
 	// Statements are prepared before the transaction: preparing takes a connection of its
 	// own, and SQLite's pool has one, which the transaction holds.
-	sts, err := b.pickStatements(ctx, n, order)
+	sts, err := b.pickStatements(ctx, spec.N, spec.Order)
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
@@ -52,17 +56,13 @@ func (b *Backend) Pick(ctx context.Context, pool string, n int, ttl time.Duratio
 		if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
 			return err
 		}
-		if b.d.SkipLocked == "" {
-			out.Tasks, err = b.pickReturning(ctx, tx, sts[0], pool, n, now, ceilMillis(ttl), order)
-		} else {
-			out.Tasks, err = b.pickSkipLocked(ctx, tx, sts, pool, n, now, ceilMillis(ttl), order)
-		}
+		out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, now)
 		return err
 	})
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	if len(out.Tasks) < n {
+	if len(out.Tasks) < spec.N && !out.Full {
 		var due sql.NullInt64
 		if err := b.st.nextDue.QueryRowContext(ctx, pool, now).Scan(&due); err != nil {
 			return taskpick.Picked{}, b.fail(ctx, err)
@@ -74,22 +74,18 @@ func (b *Backend) Pick(ctx context.Context, pool string, n int, ttl time.Duratio
 	return out, nil
 }
 
-// pickStatements prepares (once, then from the cache) what a pick of n in order runs: on
-// SQLite the one UPDATE … RETURNING; on InnoDB the candidate SELECTs, then an UPDATE of n rows
-// by seq (unused places hold 0, which no row has).
+// pickStatements prepares (once, then from the cache) what a pick of n in order runs: the
+// candidate SELECTs, then an UPDATE of n rows by seq that gives each its lease's digest
+// (unused places hold seq 0, which no row has).
 func (b *Backend) pickStatements(ctx context.Context, n int, order taskpick.Order) ([]*sql.Stmt, error) {
-	var qs []string
-	if b.d.SkipLocked == "" {
-		sel := candidates("seq", order, "")
-		in := sel[0]
-		if order == taskpick.Random {
-			in = "SELECT seq FROM (" + sel[0] + ") UNION ALL SELECT seq FROM (" + sel[1] + ") LIMIT ?"
-		}
-		qs = []string{"UPDATE " + table + leaseSet + " WHERE seq IN (" + in + ") RETURNING id, payload, neg_priority, token, attempt, max_attempts"}
-	} else {
-		qs = append(candidates("seq, id, payload, neg_priority, token, attempt, max_attempts", order, b.d.SkipLocked),
-			"UPDATE "+table+leaseSet+" WHERE seq IN ("+placeholders(n)+")")
+	var digests strings.Builder
+	digests.WriteString(", lease_hash = CASE seq")
+	for range n {
+		digests.WriteString(" WHEN ? THEN ?")
 	}
+	digests.WriteString(" ELSE lease_hash END")
+	qs := append(candidates("seq, id, payload, neg_priority, token, attempt, max_attempts", order, b.d.SkipLocked),
+		"UPDATE "+table+leaseSet+digests.String()+" WHERE seq IN ("+placeholders(n)+")")
 	sts := make([]*sql.Stmt, len(qs))
 	for i, q := range qs {
 		st, err := b.stmtN(ctx, q)
@@ -101,76 +97,61 @@ func (b *Backend) pickStatements(ctx context.Context, n int, order taskpick.Orde
 	return sts, nil
 }
 
-// pickReturning leases up to n tasks with one UPDATE … RETURNING: on SQLite the transaction
-// holds the whole database, so no other picker can interleave. The tasks come in no
-// particular order.
-func (b *Backend) pickReturning(ctx context.Context, tx *sql.Tx, st *sql.Stmt, pool string, n int, now, ttlMs int64, order taskpick.Order) ([]taskpick.LeasedTask, error) {
-	args := []any{now + 1 + ttlMs, now * taskpick.TokenScale, now * taskpick.TokenScale}
-	if order == taskpick.Random {
-		r := randomPosition()
-		args = append(args, pool, now, r, n, pool, now, r, n, n)
-	} else {
-		args = append(args, pool, now, n)
-	}
-	rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var tasks []taskpick.LeasedTask
-	for rows.Next() {
-		var t taskpick.LeasedTask
-		var neg int64
-		if err := rows.Scan(&t.ID, &t.Payload, &neg, &t.Token, &t.Attempt, &t.MaxAttempts); err != nil {
-			return nil, err
-		}
-		t.Priority = int32(-neg)
-		tasks = append(tasks, t)
-	}
-	return tasks, rows.Err()
-}
-
-// pickSkipLocked leases up to n tasks on InnoDB: a locking read that skips rows other pickers
-// have locked, then one UPDATE of the rows it locked. The tasks come in the pick's order.
-func (b *Backend) pickSkipLocked(ctx context.Context, tx *sql.Tx, sts []*sql.Stmt, pool string, n int, now, ttlMs int64, order taskpick.Order) ([]taskpick.LeasedTask, error) {
+// pickLocked leases up to spec.N tasks: the candidate reads, one row at a time until the
+// answer's budget is spent (full), then one UPDATE of the rows it kept.
+func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts []*sql.Stmt, pool string, spec taskpick.PickSpec, now int64) (tasks []taskpick.LeasedTask, full bool, err error) {
 	type cand struct {
 		seq   int64
 		task  taskpick.LeasedTask
 		token uint64
 	}
+	n := spec.N
 	var found []cand
+	used := 0
 	r := randomPosition()
 	for _, st := range sts[:len(sts)-1] {
-		if len(found) == n {
+		if len(found) == n || full {
 			break
 		}
 		args := []any{pool, now}
-		if order == taskpick.Random {
+		if spec.Order == taskpick.Random {
 			args = append(args, r)
 		}
 		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, append(args, n-len(found))...)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		for rows.Next() {
 			var c cand
 			var neg int64
 			if err := rows.Scan(&c.seq, &c.task.ID, &c.task.Payload, &neg, &c.token, &c.task.Attempt, &c.task.MaxAttempts); err != nil {
 				rows.Close()
-				return nil, err
+				return nil, false, err
+			}
+			used += taskpick.AnswerBytes(len(c.task.Payload), len(c.task.ID))
+			if used > spec.MaxBytes && len(found) > 0 {
+				full = true
+				break
 			}
 			c.task.Priority = int32(-neg)
 			found = append(found, c)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	if len(found) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
-	args := []any{now + 1 + ttlMs, now * taskpick.TokenScale, now * taskpick.TokenScale}
+	args := []any{now + 1 + ceilMillis(spec.TTL), now * taskpick.TokenScale, now * taskpick.TokenScale}
+	for i := range n {
+		seq, digest := int64(0), ""
+		if i < len(found) {
+			seq, digest = found[i].seq, spec.Digests[i]
+		}
+		args = append(args, seq, digest)
+	}
 	for i := range n {
 		seq := int64(0)
 		if i < len(found) {
@@ -179,13 +160,13 @@ func (b *Backend) pickSkipLocked(ctx context.Context, tx *sql.Tx, sts []*sql.Stm
 		args = append(args, seq)
 	}
 	if _, err := tx.StmtContext(ctx, sts[len(sts)-1]).ExecContext(ctx, args...); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	tasks := make([]taskpick.LeasedTask, len(found))
+	tasks = make([]taskpick.LeasedTask, len(found))
 	for i, c := range found {
 		tasks[i] = c.task
 		tasks[i].Token = taskpick.NextToken(c.token, now) // what the UPDATE stored
 		tasks[i].Attempt++
 	}
-	return tasks, nil
+	return tasks, full, nil
 }

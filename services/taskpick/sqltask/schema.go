@@ -36,7 +36,8 @@ func schema(d sqldb.Dialect) []string {
 			failures     INTEGER NOT NULL DEFAULT 0,
 			recoveries   INTEGER NOT NULL DEFAULT 0,
 			payload      BLOB    NOT NULL,
-			last_error   TEXT    NOT NULL DEFAULT ''
+			last_error   TEXT    NOT NULL DEFAULT '',
+			lease_hash   TEXT    NOT NULL DEFAULT ''
 		)`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS coordkit_tasks_id ON ` + table + ` (pool, id)`,
 			`CREATE INDEX IF NOT EXISTS coordkit_tasks_fifo ON ` + table + ` (pool, state, run_at, seq)`,
@@ -61,6 +62,7 @@ func schema(d sqldb.Dialect) []string {
 		recoveries   INT UNSIGNED    NOT NULL DEFAULT 0,
 		payload      MEDIUMBLOB      NOT NULL,
 		last_error   VARBINARY(1024) NOT NULL DEFAULT '',
+		lease_hash   VARBINARY(64)   NOT NULL DEFAULT '',
 		PRIMARY KEY (seq),
 		UNIQUE KEY coordkit_tasks_id (pool, id),
 		INDEX coordkit_tasks_fifo (pool, state, run_at, seq),
@@ -71,11 +73,35 @@ func schema(d sqldb.Dialect) []string {
 	}
 }
 
+// leaseHashColumn adds lease_hash to a table made before leases had secrets. Its leases have
+// the empty digest, which no secret hashes to: they cannot be finished, and are recovered
+// when they expire, as a crashed worker's are.
+func leaseHashColumn(d sqldb.Dialect) string {
+	if d.Name == "sqlite" {
+		return `ALTER TABLE ` + table + ` ADD COLUMN lease_hash TEXT NOT NULL DEFAULT ''`
+	}
+	return `ALTER TABLE ` + table + ` ADD COLUMN lease_hash VARBINARY(64) NOT NULL DEFAULT ''`
+}
+
 func migrate(ctx context.Context, db *sqldb.DB) error {
 	for _, q := range schema(db.Dialect) {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("sqltask: %s schema: %w", db.Dialect.Name, err)
 		}
+	}
+	hasColumn := func() bool {
+		rows, err := db.QueryContext(ctx, "SELECT lease_hash FROM "+table+" WHERE 1 = 0")
+		if err != nil {
+			return false
+		}
+		rows.Close()
+		return true
+	}
+	if hasColumn() {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, leaseHashColumn(db.Dialect)); err != nil && !hasColumn() {
+		return fmt.Errorf("sqltask: %s schema: add lease_hash: %w", db.Dialect.Name, err)
 	}
 	return nil
 }

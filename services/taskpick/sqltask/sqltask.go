@@ -4,17 +4,18 @@
 // One table, coordkit_tasks, holds every task of every pool, one row per task: its state
 // (available, leased, dead, done), priority, a random position (rnd, for ORDER_RANDOM), run_at
 // (when an available task is due; for a leased one, its lease's end; for a dead one, when it
-// died; for a done one, when it is purged), its lease token, attempt counters, payload and last
-// error. A unique key on (pool, id) makes Put idempotent. The database's clock decides every
-// time, in whole milliseconds: a lease of ttl taken when it read now ends at now + 1 + ttl, so
+// died; for a done one, when it is purged), its lease token and the digest of its lease's
+// secret (lease_hash), attempt counters, payload and last error. A unique key on (pool, id)
+// makes Put idempotent. The database's clock decides every time, in whole milliseconds: a lease of ttl taken when it read now ends at now + 1 + ttl, so
 // never before the end reported to the worker, which is measured before the database was asked.
 //
-// A pick is one short transaction: on MySQL, SELECT … FOR UPDATE SKIP LOCKED of up to n due
-// tasks in the pick's order, then one UPDATE that leases them, so concurrent pickers take
-// disjoint tasks without waiting for each other; on SQLite, whose write transactions lock the
-// whole file, one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING. Ack, Extend and Nack are
-// single statements whose WHERE checks the token and that the lease has not ended, so a stale
-// worker changes nothing. The sweep recovers expired leases with the same locking select, so
+// A pick is one short transaction: a SELECT of up to n due tasks in the pick's order (on
+// MySQL … FOR UPDATE SKIP LOCKED, so concurrent pickers take disjoint tasks without waiting
+// for each other; SQLite's IMMEDIATE transactions lock the whole file), then one UPDATE that
+// leases them, each with the digest of its lease's secret (lease_hash); the tasks are
+// answered in the order read. Ack, Extend and Nack are single statements whose WHERE checks
+// the token, the digest and that the lease has not ended, so a stale worker, or one that only
+// knows the token, changes nothing. The sweep recovers expired leases with the same locking select, so
 // two instances sweeping at once take disjoint rows and never recover one lease twice.
 //
 // Storage is bounded by live tasks: an Ack deletes the row (or marks it done until the

@@ -13,9 +13,10 @@ type statements struct {
 }
 
 // leaseCheck is the WHERE of every statement a lease holder makes: the task is leased, by
-// this token, and its lease has not ended.
+// this token and secret (its digest), and its lease has not ended. Parameters: pool, id,
+// token, digest.
 func leaseCheck(nowMillis string) string {
-	return " WHERE pool = ? AND id = ? AND state = " + strconv.Itoa(stLeased) + " AND token = ? AND run_at > " + nowMillis
+	return " WHERE pool = ? AND id = ? AND state = " + strconv.Itoa(stLeased) + " AND token = ? AND lease_hash = ? AND run_at > " + nowMillis
 }
 
 // taskCols are the columns a Task is read from.
@@ -45,7 +46,7 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 		{&s.nack, "UPDATE " + table + " SET failures = failures + 1, last_error = ?, rnd = ?," +
 			" run_at = CASE WHEN attempt >= max_attempts THEN " + now + " ELSE " + now + " + ? END," +
 			" state = CASE WHEN attempt >= max_attempts THEN " + dead + " ELSE " + avail + " END" + leaseCheck(now)},
-		{&s.lookup, "SELECT state, token, run_at, " + now + " FROM " + table + " WHERE pool = ? AND id = ?"},
+		{&s.lookup, "SELECT state, token, lease_hash, run_at, " + now + " FROM " + table + " WHERE pool = ? AND id = ?"},
 		{&s.nextDue, "SELECT MIN(run_at) FROM " + table + " WHERE pool = ? AND state = " + avail + " AND run_at > ?"},
 		{&s.get, "SELECT " + taskCols + ", " + now + " FROM " + table + " WHERE pool = ? AND id = ?"},
 		{&s.stats, "SELECT " +

@@ -444,7 +444,7 @@ type LeasedTask struct {
 	// The task's priority.
 	Priority int32 `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
 	// The fencing token of this lease: present it to Ack, Nack and Extend, and with every
-	// write the task makes, rejecting smaller ones.
+	// write the task makes, rejecting smaller ones. It is public: it only fences.
 	LeaseToken uint64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	// Which pick of the task this is, from 1.
 	Attempt uint32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
@@ -452,7 +452,10 @@ type LeasedTask struct {
 	MaxAttempts uint32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// When the lease ends unless extended. Computed from the service's clock before it asked
 	// the backend, so the backend's own expiry is never earlier.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The lease's secret: present it with lease_token to Ack, Nack and Extend. Only this answer
+	// ever carries it (the service keeps a digest); keep it as you would a password.
+	LeaseSecret   string `protobuf:"bytes,8,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,10 +539,17 @@ func (x *LeasedTask) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *LeasedTask) GetLeaseSecret() string {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return ""
+}
+
 // PickResponse holds the picked tasks.
 type PickResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Up to count tasks; empty when none was available within wait.
+	// Up to count tasks, in pick order; empty when none was available within wait.
 	Tasks         []*LeasedTask `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -592,7 +602,9 @@ type AckRequest struct {
 	// The task.
 	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
 	// The current lease's token; 0 is invalid.
-	LeaseToken    uint64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	LeaseToken uint64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// The current lease's secret, as Pick returned it; required.
+	LeaseSecret   string `protobuf:"bytes,5,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -655,6 +667,13 @@ func (x *AckRequest) GetLeaseToken() uint64 {
 	return 0
 }
 
+func (x *AckRequest) GetLeaseSecret() string {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return ""
+}
+
 // AckResponse is empty.
 type AckResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -706,7 +725,9 @@ type NackRequest struct {
 	// How long until the task may be picked again: 0 (default) to 30 days.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// Why it failed, kept as the task's last_error: at most 1 KiB of UTF-8 (longer is cut).
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The current lease's secret, as Pick returned it; required.
+	LeaseSecret   string `protobuf:"bytes,7,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -783,6 +804,13 @@ func (x *NackRequest) GetReason() string {
 	return ""
 }
 
+func (x *NackRequest) GetLeaseSecret() string {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return ""
+}
+
 // NackResponse says what became of the task.
 type NackResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -841,7 +869,9 @@ type ExtendRequest struct {
 	// The current lease's token; 0 is invalid.
 	LeaseToken uint64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	// The new lease from now: 1s to 12h; unset means 30s.
-	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The current lease's secret, as Pick returned it; required.
+	LeaseSecret   string `protobuf:"bytes,6,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -911,6 +941,13 @@ func (x *ExtendRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *ExtendRequest) GetLeaseSecret() string {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return ""
+}
+
 // ExtendResponse holds the lease's new end.
 type ExtendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -957,7 +994,7 @@ func (x *ExtendResponse) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
-// Task is a task as anyone may see it: no lease token.
+// Task is a task as anyone may see it: no lease token, no lease secret.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task's id.
@@ -1410,7 +1447,10 @@ type ListDeadResponse struct {
 	// The dead tasks, those that died first first.
 	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// How many dead tasks the pool has in all.
-	Total         uint64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Total uint64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// True when the service's answer limit (bytes) stopped the list before limit tasks; the
+	// first dead task always fits.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1457,6 +1497,13 @@ func (x *ListDeadResponse) GetTotal() uint64 {
 		return x.Total
 	}
 	return 0
+}
+
+func (x *ListDeadResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // RequeueRequest names dead tasks.
@@ -2092,7 +2139,7 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x05count\x18\x03 \x01(\rR\x05count\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x121\n" +
 	"\x05order\x18\x05 \x01(\x0e2\x1b.coordkit.taskpick.v1.OrderR\x05order\x12-\n" +
-	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xeb\x01\n" +
+	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x8e\x02\n" +
 	"\n" +
 	"LeasedTask\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -2103,17 +2150,19 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\rR\aattempt\x12!\n" +
 	"\fmax_attempts\x18\x06 \x01(\rR\vmaxAttempts\x129\n" +
 	"\n" +
-	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"F\n" +
+	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12!\n" +
+	"\flease_secret\x18\b \x01(\tR\vleaseSecret\"F\n" +
 	"\fPickResponse\x126\n" +
-	"\x05tasks\x18\x01 \x03(\v2 .coordkit.taskpick.v1.LeasedTaskR\x05tasks\"k\n" +
+	"\x05tasks\x18\x01 \x03(\v2 .coordkit.taskpick.v1.LeasedTaskR\x05tasks\"\x8e\x01\n" +
 	"\n" +
 	"AckRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x1f\n" +
 	"\vlease_token\x18\x04 \x01(\x04R\n" +
-	"leaseToken\"\r\n" +
-	"\vAckResponse\"\xc0\x01\n" +
+	"leaseToken\x12!\n" +
+	"\flease_secret\x18\x05 \x01(\tR\vleaseSecret\"\r\n" +
+	"\vAckResponse\"\xe3\x01\n" +
 	"\vNackRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x0e\n" +
@@ -2122,16 +2171,18 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"leaseToken\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"\"\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12!\n" +
+	"\flease_secret\x18\a \x01(\tR\vleaseSecret\"\"\n" +
 	"\fNackResponse\x12\x12\n" +
-	"\x04dead\x18\x01 \x01(\bR\x04dead\"\x9b\x01\n" +
+	"\x04dead\x18\x01 \x01(\bR\x04dead\"\xbe\x01\n" +
 	"\rExtendRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x1f\n" +
 	"\vlease_token\x18\x04 \x01(\x04R\n" +
 	"leaseToken\x12+\n" +
-	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"K\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12!\n" +
+	"\flease_secret\x18\x06 \x01(\tR\vleaseSecret\"K\n" +
 	"\x0eExtendResponse\x129\n" +
 	"\n" +
 	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xca\x02\n" +
@@ -2170,10 +2221,11 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x0fListDeadRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"Z\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"x\n" +
 	"\x10ListDeadResponse\x120\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x1a.coordkit.taskpick.v1.TaskR\x05tasks\x12\x14\n" +
-	"\x05total\x18\x02 \x01(\x04R\x05total\"P\n" +
+	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"P\n" +
 	"\x0eRequeueRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x10\n" +

@@ -64,9 +64,12 @@ type TaskPickServiceClient interface {
 	// the pool (available, leased, dead, or kept after its Ack) is left unchanged and reported
 	// as existing. The batch is validated whole before anything is written.
 	Put(context.Context, *v1.PutRequest) (*v1.PutResponse, error)
-	// Pick atomically leases up to count available tasks. With wait > 0 and no task available
-	// it blocks server-side until a task is put or becomes due, wait passes, or the request
-	// deadline nears; an empty result is not an error.
+	// Pick atomically leases up to count available tasks and answers them in pick order: the
+	// order's first task first (for ORDER_PRIORITY, highest priority first and FIFO among
+	// equals; for ORDER_RANDOM, the order they were drawn in). It leases fewer than count
+	// when the answer would pass the service's answer limit, never a task it cannot return.
+	// With wait > 0 and no task available it blocks server-side until a task is put or becomes
+	// due, wait passes, or the request deadline nears; an empty result is not an error.
 	Pick(context.Context, *v1.PickRequest) (*v1.PickResponse, error)
 	// Ack finishes a task: it is deleted (or kept for the service's retention, as DONE).
 	Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error)
@@ -79,7 +82,8 @@ type TaskPickServiceClient interface {
 	Get(context.Context, *v1.GetRequest) (*v1.GetResponse, error)
 	// Stats counts a pool's tasks by state.
 	Stats(context.Context, *v1.StatsRequest) (*v1.StatsResponse, error)
-	// ListDead lists a pool's dead tasks, those that died first first.
+	// ListDead lists a pool's dead tasks, those that died first first, up to limit and up to
+	// the service's answer limit in bytes (truncated says when the bytes cut it short).
 	ListDead(context.Context, *v1.ListDeadRequest) (*v1.ListDeadResponse, error)
 	// Requeue makes dead tasks available again with a fresh attempt budget.
 	Requeue(context.Context, *v1.RequeueRequest) (*v1.RequeueResponse, error)
@@ -90,7 +94,9 @@ type TaskPickServiceClient interface {
 	// defined order: send dependent operations in separate batches. Pick (which may wait
 	// server-side) and the admin calls are not batched. The Go SDK sends concurrent calls this
 	// way on its own. Up to 1000 operations; the request itself fails only when it is not a
-	// valid batch.
+	// valid batch. The one difference from single calls is the answer limit: a Get whose task
+	// does not fit in what the batch's answer has left fails alone with resource_exhausted
+	// (nothing was changed; send it again, or alone, where it always fits).
 	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
 }
 
@@ -278,9 +284,12 @@ type TaskPickServiceHandler interface {
 	// the pool (available, leased, dead, or kept after its Ack) is left unchanged and reported
 	// as existing. The batch is validated whole before anything is written.
 	Put(context.Context, *v1.PutRequest) (*v1.PutResponse, error)
-	// Pick atomically leases up to count available tasks. With wait > 0 and no task available
-	// it blocks server-side until a task is put or becomes due, wait passes, or the request
-	// deadline nears; an empty result is not an error.
+	// Pick atomically leases up to count available tasks and answers them in pick order: the
+	// order's first task first (for ORDER_PRIORITY, highest priority first and FIFO among
+	// equals; for ORDER_RANDOM, the order they were drawn in). It leases fewer than count
+	// when the answer would pass the service's answer limit, never a task it cannot return.
+	// With wait > 0 and no task available it blocks server-side until a task is put or becomes
+	// due, wait passes, or the request deadline nears; an empty result is not an error.
 	Pick(context.Context, *v1.PickRequest) (*v1.PickResponse, error)
 	// Ack finishes a task: it is deleted (or kept for the service's retention, as DONE).
 	Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error)
@@ -293,7 +302,8 @@ type TaskPickServiceHandler interface {
 	Get(context.Context, *v1.GetRequest) (*v1.GetResponse, error)
 	// Stats counts a pool's tasks by state.
 	Stats(context.Context, *v1.StatsRequest) (*v1.StatsResponse, error)
-	// ListDead lists a pool's dead tasks, those that died first first.
+	// ListDead lists a pool's dead tasks, those that died first first, up to limit and up to
+	// the service's answer limit in bytes (truncated says when the bytes cut it short).
 	ListDead(context.Context, *v1.ListDeadRequest) (*v1.ListDeadResponse, error)
 	// Requeue makes dead tasks available again with a fresh attempt budget.
 	Requeue(context.Context, *v1.RequeueRequest) (*v1.RequeueResponse, error)
@@ -304,7 +314,9 @@ type TaskPickServiceHandler interface {
 	// defined order: send dependent operations in separate batches. Pick (which may wait
 	// server-side) and the admin calls are not batched. The Go SDK sends concurrent calls this
 	// way on its own. Up to 1000 operations; the request itself fails only when it is not a
-	// valid batch.
+	// valid batch. The one difference from single calls is the answer limit: a Get whose task
+	// does not fit in what the batch's answer has left fails alone with resource_exhausted
+	// (nothing was changed; send it again, or alone, where it always fits).
 	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
 }
 
