@@ -37,6 +37,10 @@ var behaviours = []struct {
 	{"BadInputWritesNothing", testBadInput},
 	{"ReputAfterAckStartsAboveOldTokens", testReputTokens},
 	{"OneLeaseFinishedOnceUnderRacingCalls", testRacingFinishes},
+	{"RivalWhoKnowsTheTokenCannotFinish", testRivalCannotFinish},
+	{"HugeTokensAreWrongTokens", testHugeTokens},
+	{"MultiTaskPickAnswersInPickOrder", testPickOrder},
+	{"PickAndListDeadStayWithinTheAnswerLimit", testAnswerLimit},
 }
 
 func TestConformance(t *testing.T) {
