@@ -49,7 +49,10 @@ const opReserve = 1 << 10
 // the operations that change state must always be answered, and a refused Get still answers
 // its error.
 type batchBudget struct {
-	left  atomic.Int64
+	left atomic.Int64
+	// full is set by the first Get that did not fit: the Gets after it answer at once,
+	// without reading a task they would most likely have to drop.
+	full  atomic.Bool
 	reads chan struct{}
 }
 
@@ -75,7 +78,7 @@ func (s *Service) get(ctx context.Context, req *taskpickv1.GetRequest, budget *b
 		return nil, server.Error(ctx, context.Cause(ctx))
 	}
 	defer func() { <-budget.reads }()
-	if budget.left.Load() < TaskOverheadBytes {
+	if budget.full.Load() || budget.left.Load() < TaskOverheadBytes {
 		return nil, answerFull(s.maxAnswer)
 	}
 	r, err := s.Get(ctx, req)
@@ -86,6 +89,7 @@ func (s *Service) get(ctx context.Context, req *taskpickv1.GetRequest, budget *b
 	cost := int64(AnswerBytes(len(t.GetPayload()), len(t.GetId())+len(t.GetLastError())))
 	if budget.left.Add(-cost) < 0 {
 		budget.left.Add(cost)
+		budget.full.Store(true)
 		return nil, answerFull(s.maxAnswer)
 	}
 	return r, nil

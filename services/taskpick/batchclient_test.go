@@ -367,3 +367,46 @@ func TestWorkAcksShareBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchingClientGetsOfLargeTasks gets one 256 KiB task from 40 goroutines at once through
+// the SDK: their Gets share a Batch whose answer has room for only some of them; the others
+// come back resource_exhausted from the service, and the SDK sends those again alone, so
+// every caller gets the task.
+func TestBatchingClientGetsOfLargeTasks(t *testing.T) {
+	t.Parallel()
+	in, p := one(t, backends[2]), pool(t, "big-sdk-gets")
+	payload := bytes.Repeat([]byte("x"), 256<<10)
+	put(t, in, p, &taskpickv1.NewTask{Id: "big", Payload: payload})
+	rec := newRecorder(200 * time.Millisecond)
+	tc := batchingClient(in, rec, 1)
+	const n = 40
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r, err := tc.Get(ctx, &taskpickv1.GetRequest{Pool: p, Id: "big"})
+			if err == nil && !bytes.Equal(r.GetTask().GetPayload(), payload) {
+				err = fmt.Errorf("payload of %d bytes", len(r.GetTask().GetPayload()))
+			}
+			errs[i] = err
+		})
+		if i == 0 {
+			<-rec.first // the first Get holds the one slot; the others queue into one batch
+		}
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Get %d through the SDK: %v", i, err)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	biggest := 0
+	for _, s := range rec.sent {
+		biggest = max(biggest, len(s.ops))
+	}
+	if biggest <= 12 {
+		t.Fatalf("the largest batch had %d Gets: the answer limit was never reached, so the test proves nothing", biggest)
+	}
+}
