@@ -37,11 +37,11 @@ local function register()
   return 1
 end
 -- held: 1 when token and digest hold an unexpired lease on key, 0 when the task is missing,
--- -1 stale.
+-- -1 stale. A lease taken before leases had secrets has no digest: nothing finishes it.
 local function held(key, token, digest)
   local st, tk, lh, ra = unpack(redis.call('HMGET', key, 'st', 'tk', 'lh', 'ra'))
   if not st then return 0 end
-  if st ~= '2' or tk ~= token or lh ~= digest or tonumber(ra) <= now then return -1 end
+  if st ~= '2' or tk ~= token or not lh or lh == '' or lh ~= digest or tonumber(ra) <= now then return -1 end
   return 1
 end
 -- cost bounds a task's bytes in an answer, as taskpick.AnswerBytes.

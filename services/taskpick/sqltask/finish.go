@@ -81,7 +81,7 @@ func (b *Backend) leaseWrite(ctx context.Context, pool, id string, lease taskpic
 	if err != nil {
 		return err
 	}
-	if unchangedOK && l.state == stLeased && l.token == lease.Token && l.digest == lease.Digest && l.runAt > l.now {
+	if unchangedOK && l.state == stLeased && l.token == lease.Token && l.digest == lease.Digest && l.digest != "" && l.runAt > l.now {
 		return nil
 	}
 	return taskpick.ErrStaleLease

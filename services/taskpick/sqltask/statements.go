@@ -14,9 +14,10 @@ type statements struct {
 
 // leaseCheck is the WHERE of every statement a lease holder makes: the task is leased, by
 // this token and secret (its digest), and its lease has not ended. Parameters: pool, id,
-// token, digest.
+// token, digest. A lease taken before leases had secrets has the empty digest, which no
+// secret hashes to: it matches nothing, even a caller that sends an empty digest.
 func leaseCheck(nowMillis string) string {
-	return " WHERE pool = ? AND id = ? AND state = " + strconv.Itoa(stLeased) + " AND token = ? AND lease_hash = ? AND run_at > " + nowMillis
+	return " WHERE pool = ? AND id = ? AND state = " + strconv.Itoa(stLeased) + " AND token = ? AND lease_hash = ? AND lease_hash <> '' AND run_at > " + nowMillis
 }
 
 // taskCols are the columns a Task is read from.
