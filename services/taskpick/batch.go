@@ -16,7 +16,9 @@ import (
 // Batch implements TaskPickServiceHandler: every operation runs at once through the same
 // code as its single call, so each gets exactly the answer or error that call would, and the
 // backends see them together (the Redis engine pipelines concurrent scripts into one round
-// trip when opened on redisconf.Pipelined).
+// trip when opened on redisconf.Pipelined). The one exception is the answer's size: the Gets
+// share what the answer has left (batchBudget), and one whose task does not fit answers
+// resource_exhausted.
 func (s *Service) Batch(ctx context.Context, req *taskpickv1.BatchRequest) (*taskpickv1.BatchResponse, error) {
 	ops := req.GetOperations()
 	if err := server.CheckBatch("operations", len(ops)); err != nil {
