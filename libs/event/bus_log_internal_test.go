@@ -1,0 +1,80 @@
+package event
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordkit/coordkit/libs/testenv"
+)
+
+// syncBuffer is a log destination safe for the client's callback goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestReconnectLogSaysInProcess: when the embedded server drops the process's own
+// connection, the reconnect line says it reconnected in-process, not to a TCP address it
+// never dialled (nats.go reports nats://127.0.0.1:4222 for an in-process connection).
+func TestReconnectLogSaysInProcess(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	b, err := Open(context.Background(), Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	id, err := b.nc.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.embedded.DisconnectClientByID(id); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "reconnected"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reconnect line within 10s; log:\n%s", logs.String())
+		}
+	}
+	line := logs.String()
+	if !strings.Contains(line, "url=in-process") || strings.Contains(line, "nats://") {
+		t.Fatalf("the reconnect line names a URL for an in-process connection:\n%s", line)
+	}
+}
+
+// TestUnsignedOutsideWarns: on an outside NATS without a key the Bus says once, at start,
+// that its events are unauthenticated; with a key it does not.
+func TestUnsignedOutsideWarns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		key  []byte
+		warn bool
+	}{{nil, true}, {[]byte("0123456789abcdef"), false}} {
+		var logs syncBuffer
+		b, err := Open(context.Background(), Config{URL: testenv.NATSURL(), Key: tc.key, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		if got := strings.Count(logs.String(), "not signed"); got != map[bool]int{true: 1, false: 0}[tc.warn] {
+			t.Errorf("key %q: %d warnings about unsigned events, want warn=%v; log:\n%s", tc.key, got, tc.warn, logs.String())
+		}
+	}
+}
