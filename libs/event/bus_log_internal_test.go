@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -76,5 +77,29 @@ func TestUnsignedOutsideWarns(t *testing.T) {
 		if got := strings.Count(logs.String(), "not signed"); got != map[bool]int{true: 1, false: 0}[tc.warn] {
 			t.Errorf("key %q: %d warnings about unsigned events, want warn=%v; log:\n%s", tc.key, got, tc.warn, logs.String())
 		}
+	}
+}
+
+// TestURLPasswordNeverLogged: a NATS URL that carries user:password (unreachable at start,
+// so the Bus logs it while it keeps trying) shows up in the log with the password redacted.
+func TestURLPasswordNeverLogged(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	b, err := Open(context.Background(), Config{URL: "nats://coord:s3cret-pass-word@" + addr, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if !strings.Contains(logs.String(), "not reachable") {
+		t.Fatalf("no line about the unreachable NATS:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "s3cret-pass-word") {
+		t.Fatalf("the log shows the URL's password:\n%s", logs.String())
 	}
 }
