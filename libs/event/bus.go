@@ -87,9 +87,10 @@ type Bus struct {
 	private  bool            // embedded with no Listen address: this Bus is its only client
 	log      *slog.Logger
 	metrics  *metrics
-	key      []byte      // signs and verifies every message; nil: unsigned
-	auth     *Auth       // the embedded server's users, when it listens
-	rejected atomic.Bool // a rejected message was logged once
+	key      []byte       // signs and verifies every message; nil: unsigned
+	auth     *Auth        // the embedded server's users, when it listens
+	rejected atomic.Bool  // a rejected message was logged once
+	failure  atomic.Value // string: the connect failure last logged, until connected
 
 	// settling counts subscriptions the embedded server may not have yet, and settled is
 	// the reconnect count (nats.Conn's Statistics.Reconnects) at which it was last known to
@@ -134,6 +135,7 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		nats.ReconnectHandler(b.reconnected),
 		nats.ConnectHandler(b.connected),
 		nats.ErrorHandler(b.asyncError),
+		nats.ReconnectErrHandler(b.connectFailed),
 	}
 	url := cfg.URL
 	switch {
@@ -471,7 +473,20 @@ func (b *Bus) disconnected(nc *nats.Conn, err error) {
 	b.changed(false)
 }
 
+// connectFailed logs why an attempt to (re)connect failed (a refused login, a bad
+// certificate), once for each new reason until the Bus connects: a wrong password must not
+// pass for an unreachable server, nor fill the log every 250ms.
+func (b *Bus) connectFailed(_ *nats.Conn, err error) {
+	if err == nil {
+		return
+	}
+	if msg := err.Error(); b.failure.Swap(msg) != msg {
+		b.log.Warn("events: cannot connect to NATS; waiters poll until it works", "error", err)
+	}
+}
+
 func (b *Bus) connected(nc *nats.Conn) {
+	b.failure.Store("")
 	b.metrics.connected.Set(1)
 	if b.embedded != nil {
 		b.log.Info("events: embedded NATS server running in-process")
@@ -492,6 +507,7 @@ func (b *Bus) reconnected(nc *nats.Conn) {
 			}
 		})
 	}
+	b.failure.Store("")
 	b.metrics.connected.Set(1)
 	where := "in-process"
 	if b.embedded == nil {

@@ -3,6 +3,7 @@ package event
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -101,5 +102,35 @@ func TestURLPasswordNeverLogged(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "s3cret-pass-word") {
 		t.Fatalf("the log shows the URL's password:\n%s", logs.String())
+	}
+}
+
+// TestWrongPasswordIsSaid: a Bus whose login is refused says so in the log, once, instead of
+// passing for a NATS that is merely unreachable.
+func TestWrongPasswordIsSaid(t *testing.T) {
+	t.Parallel()
+	srv, err := Open(context.Background(), Config{Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	var logs syncBuffer
+	b, err := Open(context.Background(), Config{URL: srv.ClientURL(), User: srv.Auth().Publisher.User, Password: "not-the-password",
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(strings.ToLower(logs.String()), "authorization violation"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no line says the login was refused within 10s:\n%s", logs.String())
+		}
+	}
+	time.Sleep(time.Second) // several more attempts
+	if n := strings.Count(strings.ToLower(logs.String()), "authorization violation"); n != 1 {
+		t.Fatalf("the refused login was logged %d times, want once:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), "not-the-password") {
+		t.Fatal("the log shows the password")
 	}
 }
