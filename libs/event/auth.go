@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -111,22 +112,35 @@ func WriteAuthFile(path string, a *Auth) error {
 	return writeSecretFile(path, []byte(text))
 }
 
-// writeSecretFile creates path with mode 0600 and writes data; it fails if path exists.
+// writeSecretFile writes data to path, mode 0600, all at once: it is written to a temporary
+// file beside path and then linked there, which fails (os.ErrExist) if path exists, so a
+// reader never sees it half written and an existing file is never replaced.
 func writeSecretFile(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
+		return fmt.Errorf("event: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) //nolint:errcheck // gone once linked; a leftover is only a temp file
+	if err := f.Chmod(0o600); err != nil {
+		_ = f.Close()
 		return fmt.Errorf("event: %w", err)
 	}
 	if _, err := f.Write(data); err != nil {
 		_ = f.Close()
-		_ = os.Remove(path)
 		return fmt.Errorf("event: write %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("event: sync %s: %w", path, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("event: %w", err)
+	}
+	if err := os.Link(tmp, path); err != nil {
+		return fmt.Errorf("event: %w", err)
+	}
+	return nil
 }
 
 // LoadOrCreateAuth reads the auth file at path, or generates one there (0600) when it does
@@ -136,10 +150,12 @@ func LoadOrCreateAuth(path string) (a *Auth, created bool, err error) {
 		if a, err = GenerateAuth(); err != nil {
 			return nil, false, err
 		}
-		if err := WriteAuthFile(path, a); err != nil {
+		switch err := WriteAuthFile(path, a); {
+		case err == nil:
+			return a, true, nil
+		case !errors.Is(err, os.ErrExist): // else another process just wrote it: read that
 			return nil, false, err
 		}
-		return a, true, nil
 	}
 	a, err = LoadAuth(path)
 	return a, false, err

@@ -169,6 +169,26 @@ func TestAuthFile(t *testing.T) {
 			t.Errorf("LoadAuth accepted a file with %s", name)
 		}
 	}
+	// Instances starting together on one data dir all read the same file, never a half one.
+	shared := filepath.Join(dir, "shared-users")
+	got := make([]*event.Auth, 8)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() {
+			a, _, err := event.LoadOrCreateAuth(shared)
+			if err != nil {
+				t.Errorf("concurrent LoadOrCreateAuth: %v", err)
+				return
+			}
+			got[i] = a
+		})
+	}
+	wg.Wait()
+	for _, a := range got {
+		if a == nil || *a != *got[0] {
+			t.Fatalf("concurrent LoadOrCreateAuth returned different users: %+v vs %+v", a, got[0])
+		}
+	}
 	key, created, err := event.LoadOrCreateKeyFile(filepath.Join(dir, "events.key"))
 	if err != nil || !created || len(key) < event.MinKeyLen {
 		t.Fatalf("LoadOrCreateKeyFile = %q, %v, %v", key, created, err)

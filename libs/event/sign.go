@@ -68,10 +68,12 @@ func LoadOrCreateKeyFile(path string) (key []byte, created bool, err error) {
 			return nil, false, fmt.Errorf("event: random key: %w", err)
 		}
 		key = []byte(hex.EncodeToString(raw[:]))
-		if err := writeSecretFile(path, append(key, '\n')); err != nil {
+		switch err := writeSecretFile(path, append(key, '\n')); {
+		case err == nil:
+			return key, true, nil
+		case !errors.Is(err, os.ErrExist): // else another process just wrote it: read that
 			return nil, false, err
 		}
-		return key, true, nil
 	}
 	key, err = LoadKeyFile(path)
 	return key, false, err
