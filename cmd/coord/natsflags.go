@@ -55,6 +55,8 @@ func (n *natsFlags) eventConfig(cfg serveConfig, srv *server.Server, logger *slo
 	ecfg := event.Config{URL: cfg.natsURL, Listen: cfg.natsListen, Logger: logger, Registerer: srv.Registry()}
 	client := n.user != "" || n.password != "" || n.creds != "" || n.nkey != "" || n.caFile != "" || n.certFile != "" || n.keyFile != ""
 	switch {
+	case cfg.natsURL != "" && cfg.natsListen != "":
+		return ecfg, errors.New("--nats-listen: it is for the embedded server, which --nats-url replaces")
 	case cfg.natsURL == "" && client:
 		return ecfg, errors.New("--nats-user/--nats-password/--nats-creds/--nats-nkey/--nats-ca/--nats-cert/--nats-key: they log in to --nats-url, which is not set")
 	case cfg.natsListen == "" && n.usersFile != "":

@@ -116,6 +116,7 @@ func TestServeNATSFlagErrors(t *testing.T) {
 		{[]string{"--nats-user", "u"}, "--nats-url"},
 		{[]string{"--nats-creds", "x.creds"}, "--nats-url"},
 		{[]string{"--nats-users-file", "users"}, "--nats-listen"},
+		{[]string{"--nats-url", testenv.NATSURL(), "--nats-listen", "127.0.0.1:0"}, "--nats-listen"},
 		{[]string{"--events-key-file", short}, "--events-key-file"},
 		{[]string{"--nats-url", testenv.NATSURL(), "--nats-cert", "c.pem"}, "--nats-cert"},
 		{[]string{"--nats-url", testenv.NATSURL(), "--nats-user", "u", "--nats-nkey", filepath.Join(t.TempDir(), "none")}, "nkey"},
