@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/event"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
@@ -268,7 +270,14 @@ func startContendInstances(startCtx, ctx context.Context, cfg contendConfig, tar
 		case i == 0:
 			args = append(args, "--nats-listen", natsAddr)
 		default:
-			args = append(args, "--nats-url", "nats://"+natsAddr)
+			// The others log in as the publisher instance 0 generated into the data dir,
+			// and sign with its events key.
+			auth, err := event.LoadAuth(filepath.Join(dir, natsUsersFileName))
+			if err != nil {
+				return nil, nil, errors.Join(err, stopAll())
+			}
+			args = append(args, "--nats-url", "nats://"+natsAddr, "--nats-user", auth.Publisher.User,
+				"--nats-password", auth.Publisher.Password, "--events-key-file", filepath.Join(dir, eventsKeyFileName))
 		}
 		url, stop, err := startContendInstance(startCtx, ctx, args, logger.With("instance", i))
 		if err != nil {

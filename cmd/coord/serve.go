@@ -46,6 +46,7 @@ type serveConfig struct {
 	waitAttempts   int
 	natsURL        string
 	natsListen     string
+	nats           natsFlags
 	tlsCert        string
 	tlsKey         string
 	tlsClientCA    string
@@ -71,6 +72,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.waitAttempts, "lock-wait-attempts", lock.DefaultWaitAttempts, "per backend, how many backend attempts of blocked Acquires may run at once after their first; Release, Renew and first attempts never queue behind them")
 	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server URL (or a cluster's, comma-separated) for lock events and push wake-up; empty runs an embedded NATS server in-process")
 	fs.StringVar(&c.natsListen, "nats-listen", "", "host:port on which the embedded NATS server also accepts outside subscribers; empty accepts none")
+	c.nats.register(fs)
 	fs.IntVar(&c.compressMin, "compress-min-bytes", 0, "gzip responses of at least this many bytes for clients that accept it; 0 never (best on a LAN)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
@@ -204,6 +206,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		scfg.Tokens = t
 	}
 	srv := server.New(scfg)
+	cfg.nats.serveTLS = scfg.TLS
 	deps, err := openDeps(ctx, cfg, srv, logger, &closers)
 	if err != nil {
 		return fail(err)
@@ -226,14 +229,18 @@ func openDeps(ctx context.Context, cfg serveConfig, srv *server.Server, logger *
 		// The server's logger: lines logged with a request's context name its caller.
 		Logger: srv.Logger(), Registerer: srv.Registry(), HandlerOptions: srv.HandlerOptions(), DataDir: cfg.dataDir,
 	}
-	bus, err := event.Open(ctx, event.Config{URL: cfg.natsURL, Listen: cfg.natsListen, Logger: logger, Registerer: srv.Registry()})
+	ecfg, err := cfg.nats.eventConfig(cfg, srv, logger)
+	if err != nil {
+		return deps, err
+	}
+	bus, err := event.Open(ctx, ecfg)
 	if err != nil {
 		return deps, fmt.Errorf("--nats-url/--nats-listen: %w", err)
 	}
 	closers.Add(bus.Close)
 	deps.Events = bus
 	if u := bus.ClientURL(); u != "" {
-		logger.Info("embedded NATS accepts subscribers", "url", u)
+		logger.Info("embedded NATS accepts clients with credentials", "url", u, "users_file", cfg.nats.usersFile, "tls", ecfg.ListenTLS != nil)
 	}
 	if rc := (redisconf.Config{URL: cfg.redisURL, Addr: cfg.redisAddr, CAFile: cfg.redisCAFile}); rc.Enabled() {
 		// Retries off and a pool of 256: see redisconf.Parse. The URL's password never

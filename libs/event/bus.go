@@ -3,6 +3,13 @@
 // pushed awake instead of polling. With no NATS URL it runs an embedded nats-server inside the
 // process, so the zero-setup default has push wake-up too.
 //
+// NATS is inside coordkit's trust boundary. The embedded server, when it listens, takes only
+// clients that log in (Auth): coord instances, who may publish, and outside readers, who may
+// only subscribe under SubjectRoot; its Limits bound what a client that never reads can make
+// it hold. With a Key every message is signed (HMAC-SHA256, SignatureHeader) and every
+// subscription drops what is not signed with it, so nobody without the key can forge an
+// event that reaches a waiter or a watcher.
+//
 // NATS core delivery is at most once: an event can be lost (a disconnect, a restart). Every
 // user of this package must treat an event as a hint that shortens a wait it bounds by other
 // means, never as the only way a wait ends.
@@ -10,12 +17,16 @@ package event
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	neturl "net/url"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +54,29 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the coordkit_events_* metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
+
+	// Auth, with Listen, is who may connect there: every client must log in as one of its
+	// users. Nil generates fresh ones (see Bus.Auth). The in-process connection needs none.
+	Auth *Auth
+	// ListenTLS, with Listen, makes clients there speak TLS with this server configuration.
+	ListenTLS *tls.Config
+	// Limits bound what the embedded server's clients can make it hold.
+	Limits Limits
+
+	// User and Password, CredsFile (a .creds file: a user JWT and its nkey seed) or
+	// NKeyFile (an nkey seed file) log in to the NATS at URL; at most one kind. A URL may
+	// also carry user:password itself. They are never logged.
+	User, Password string
+	CredsFile      string
+	NKeyFile       string
+	// TLS configures the client side of TLS to the NATS at URL (its CAs, a client
+	// certificate); nil uses TLS only when the server asks for it, with the system's roots.
+	TLS *tls.Config
+
+	// Key, when set, signs every published message (SignatureHeader) and makes every
+	// subscription of the Bus drop each message not signed with it, counted in
+	// coordkit_events_rejected_total. Every instance that shares a NATS needs the same key.
+	Key []byte
 }
 
 // Bus is one process's NATS connection. It is safe for concurrent use.
@@ -53,6 +87,10 @@ type Bus struct {
 	private  bool            // embedded with no Listen address: this Bus is its only client
 	log      *slog.Logger
 	metrics  *metrics
+	key      []byte       // signs and verifies every message; nil: unsigned
+	auth     *Auth        // the embedded server's users, when it listens
+	rejected atomic.Bool  // a rejected message was logged once
+	failure  atomic.Value // string: the connect failure last logged, until connected
 
 	// settling counts subscriptions the embedded server may not have yet, and settled is
 	// the reconnect count (nats.Conn's Statistics.Reconnects) at which it was last known to
@@ -77,9 +115,12 @@ type otherSub struct {
 // so in the log and in coordkit_events_connected, and its users fall back to polling until it
 // connects.
 func Open(ctx context.Context, cfg Config) (*Bus, error) {
-	b := &Bus{log: cfg.Logger, metrics: newMetrics(cfg.Registerer)}
+	b := &Bus{log: cfg.Logger, metrics: newMetrics(cfg.Registerer), key: cfg.Key}
 	if b.log == nil {
 		b.log = slog.Default()
+	}
+	if len(b.key) > 0 && len(b.key) < MinKeyLen {
+		return nil, fmt.Errorf("event: Key has %d bytes, want at least %d", len(b.key), MinKeyLen)
 	}
 	name := cfg.Name
 	if name == "" {
@@ -94,41 +135,108 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		nats.ReconnectHandler(b.reconnected),
 		nats.ConnectHandler(b.connected),
 		nats.ErrorHandler(b.asyncError),
+		nats.ReconnectErrHandler(b.connectFailed),
 	}
 	url := cfg.URL
 	switch {
 	case url == "":
-		ns, err := startEmbedded(cfg.Listen)
+		if cfg.User != "" || cfg.Password != "" || cfg.CredsFile != "" || cfg.NKeyFile != "" || cfg.TLS != nil {
+			return nil, errors.New("event: credentials and TLS options are for a NATS URL; the embedded server needs none")
+		}
+		if cfg.Listen != "" && cfg.Auth == nil {
+			a, err := GenerateAuth()
+			if err != nil {
+				return nil, err
+			}
+			cfg.Auth = a
+		}
+		ns, err := startEmbedded(cfg)
 		if err != nil {
 			return nil, err
 		}
 		b.embedded, b.account, b.private = ns, ns.GlobalAccount(), cfg.Listen == ""
 		opts = append(opts, nats.InProcessServer(ns))
-	case cfg.Listen != "":
-		return nil, errors.New("event: Listen is for the embedded server; it cannot be set with a NATS URL")
+		if cfg.Listen != "" {
+			b.auth = cfg.Auth
+			opts = append(opts, nats.UserInfo(cfg.Auth.Publisher.User, cfg.Auth.Publisher.Password))
+		}
+	case cfg.Listen != "" || cfg.Auth != nil || cfg.ListenTLS != nil:
+		return nil, errors.New("event: Listen, Auth and ListenTLS are for the embedded server; they cannot be set with a NATS URL")
 	default:
+		auth, err := clientAuth(cfg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, auth...)
 		opts = append(opts, nats.RetryOnFailedConnect(true))
+		if len(b.key) == 0 {
+			b.log.WarnContext(ctx, "events: no events key, so events are not signed: anyone who may publish on this NATS can forge them; its permissions are the only defence (see docs/security.md)")
+		}
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		b.shutdownEmbedded()
-		return nil, fmt.Errorf("event: connect to NATS %q: %w", url, err)
+		return nil, fmt.Errorf("event: connect to NATS %q: %w", redactURL(url), err)
 	}
 	b.nc = nc
 	if nc.IsConnected() {
 		b.up.Store(true)
 		b.metrics.connected.Set(1)
 	} else {
-		b.log.WarnContext(ctx, "events: NATS is not reachable yet; waiters poll until it is", "url", url)
+		b.log.WarnContext(ctx, "events: NATS is not reachable yet; waiters poll until it is", "url", redactURL(url))
 	}
 	return b, nil
 }
 
+// clientAuth is the nats.go options that log in to an outside NATS as cfg says.
+func clientAuth(cfg Config) ([]nats.Option, error) {
+	var opts []nats.Option
+	kinds := 0
+	if cfg.User != "" || cfg.Password != "" {
+		kinds++
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.CredsFile != "" {
+		kinds++
+		if _, err := os.Stat(cfg.CredsFile); err != nil {
+			return nil, fmt.Errorf("event: creds file: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.NKeyFile != "" {
+		kinds++
+		o, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("event: nkey seed file: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if kinds > 1 {
+		return nil, errors.New("event: give one of user/password, a creds file or an nkey seed file")
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, nats.Secure(cfg.TLS))
+	}
+	return opts, nil
+}
+
+// redactURL hides the passwords of a comma-separated list of NATS URLs.
+func redactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
 // startEmbedded runs a nats-server inside this process: in-process connections only, or
-// also TCP clients on listen.
-func startEmbedded(listen string) (*server.Server, error) {
+// also TCP clients on cfg.Listen, who must log in as one of cfg.Auth's users.
+func startEmbedded(cfg Config) (*server.Server, error) {
 	opts := &server.Options{ServerName: "coordkit-embedded", DontListen: true, NoSigs: true, NoLog: true}
-	if listen != "" {
+	cfg.Limits.apply(opts)
+	if listen := cfg.Listen; listen != "" {
 		host, port, err := net.SplitHostPort(listen)
 		if err != nil {
 			return nil, fmt.Errorf("event: listen address %q: %w", listen, err)
@@ -141,6 +249,10 @@ func startEmbedded(listen string) (*server.Server, error) {
 			p = server.RANDOM_PORT // nats-server reads 0 as its default, 4222
 		}
 		opts.DontListen, opts.Host, opts.Port = false, host, p
+		opts.Users = cfg.Auth.users()
+		if cfg.ListenTLS != nil {
+			opts.TLSConfig, opts.TLSTimeout = cfg.ListenTLS, 2
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -149,10 +261,17 @@ func startEmbedded(listen string) (*server.Server, error) {
 	go ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
 		ns.Shutdown()
-		return nil, fmt.Errorf("event: embedded NATS did not start (listen %q)", listen)
+		return nil, fmt.Errorf("event: embedded NATS did not start (listen %q)", cfg.Listen)
 	}
 	return ns, nil
 }
+
+// Auth is who may connect to the embedded server's Listen address (generated when Open
+// was given none), or nil when nobody outside may.
+func (b *Bus) Auth() *Auth { return b.auth }
+
+// Signed says whether the Bus signs what it publishes and drops what is not signed.
+func (b *Bus) Signed() bool { return len(b.key) > 0 }
 
 // ClientURL is where outside clients reach the embedded server, or "" when it accepts none
 // or the Bus is connected to an outside NATS.
@@ -181,7 +300,13 @@ func (b *Bus) Publish(subject string, m proto.Message) error {
 // for the hot paths that encode their events without reflection. It does not ask Wanted:
 // such a caller asks before it encodes (a message nobody wants is dropped by the server).
 func (b *Bus) PublishJSON(subject string, data []byte) error {
-	if err := b.nc.Publish(subject, data); err != nil {
+	var err error
+	if len(b.key) > 0 {
+		err = b.nc.PublishMsg(&nats.Msg{Subject: subject, Data: data, Header: nats.Header{SignatureHeader: {sign(b.key, subject, data)}}})
+	} else {
+		err = b.nc.Publish(subject, data)
+	}
+	if err != nil {
 		b.metrics.publishFailures.Inc()
 		return fmt.Errorf("event: publish %s: %w", subject, err)
 	}
@@ -216,12 +341,20 @@ func (b *Bus) settle(done func(err error)) {
 
 // Subscribe calls fn for every message on subject (wildcards allowed), one at a time in the
 // order they arrive. fn must be quick: it runs on the subscription's delivery goroutine. The
-// returned function ends the subscription.
+// returned function ends the subscription. With a Key, fn sees only messages signed with it.
 func (b *Bus) Subscribe(subject string, fn func(subject string, data []byte)) (unsubscribe func() error, err error) {
 	if b.account != nil {
 		b.settling.Add(1) // until the server has it (see Wanted)
 	}
-	sub, err := b.nc.Subscribe(subject, func(m *nats.Msg) { fn(m.Subject, m.Data) })
+	sub, err := b.nc.Subscribe(subject, func(m *nats.Msg) {
+		if len(b.key) > 0 {
+			if ok, why := verified(b.key, m); !ok {
+				b.reject(m.Subject, why)
+				return
+			}
+		}
+		fn(m.Subject, m.Data)
+	})
 	if b.account != nil {
 		b.settle(func(error) { b.settling.Add(-1) })
 	}
@@ -340,7 +473,20 @@ func (b *Bus) disconnected(nc *nats.Conn, err error) {
 	b.changed(false)
 }
 
+// connectFailed logs why an attempt to (re)connect failed (a refused login, a bad
+// certificate), once for each new reason until the Bus connects: a wrong password must not
+// pass for an unreachable server, nor fill the log every 250ms.
+func (b *Bus) connectFailed(_ *nats.Conn, err error) {
+	if err == nil {
+		return
+	}
+	if msg := err.Error(); b.failure.Swap(msg) != msg {
+		b.log.Warn("events: cannot connect to NATS; waiters poll until it works", "error", err)
+	}
+}
+
 func (b *Bus) connected(nc *nats.Conn) {
+	b.failure.Store("")
 	b.metrics.connected.Set(1)
 	if b.embedded != nil {
 		b.log.Info("events: embedded NATS server running in-process")
@@ -361,9 +507,22 @@ func (b *Bus) reconnected(nc *nats.Conn) {
 			}
 		})
 	}
+	b.failure.Store("")
 	b.metrics.connected.Set(1)
-	b.log.Info("events: NATS reconnected; push wake-up resumes", "url", nc.ConnectedUrlRedacted())
+	where := "in-process"
+	if b.embedded == nil {
+		where = nc.ConnectedUrlRedacted()
+	}
+	b.log.Info("events: NATS reconnected; push wake-up resumes", "url", where)
 	b.changed(true)
+}
+
+// reject counts a message that failed verification, and logs the first one.
+func (b *Bus) reject(subject, why string) {
+	b.metrics.rejected.WithLabelValues(why).Inc()
+	if !b.rejected.Swap(true) {
+		b.log.Warn("events: dropped a message that is not signed with the events key (logged once; see coordkit_events_rejected_total)", "subject", subject, "reason", why)
+	}
 }
 
 func (b *Bus) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {

@@ -23,6 +23,11 @@ func open(t *testing.T, cfg event.Config) *event.Bus {
 	return b
 }
 
+// peer is the Config of another coord instance on the embedded server of b: its publisher.
+func peer(b *event.Bus) event.Config {
+	return event.Config{URL: b.ClientURL(), User: b.Auth().Publisher.User, Password: b.Auth().Publisher.Password}
+}
+
 // receive subscribes b to subj and returns the channel its messages arrive on.
 func receive(t *testing.T, b *event.Bus, subj string) <-chan *lockv1.LockEvent {
 	t.Helper()
@@ -73,7 +78,7 @@ func TestEmbedded(t *testing.T) {
 	if server.ClientURL() == "" {
 		t.Fatal("an embedded server with Listen has no ClientURL")
 	}
-	outside := open(t, event.Config{URL: server.ClientURL()})
+	outside := open(t, peer(server))
 	got := receive(t, outside, "t.>")
 	if err := server.Publish("t.2", ev); err != nil {
 		t.Fatal(err)
@@ -170,7 +175,7 @@ func TestWanted(t *testing.T) {
 	}
 	wantEvent(t, ch, ev) // the dropped one never arrives first
 
-	outside := open(t, event.Config{URL: b.ClientURL()})
+	outside := open(t, peer(b))
 	receive(t, outside, "o.>")
 	if !b.Wanted("o.x.y") {
 		t.Fatal("a subject an outside client subscribed to is not wanted")
@@ -233,7 +238,7 @@ func TestSubscribeOthers(t *testing.T) {
 	if err := shared.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	outside := open(t, event.Config{URL: shared.ClientURL()})
+	outside := open(t, peer(shared))
 	if err := outside.Publish("s.outside", &lockv1.LockEvent{}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	connected       prometheus.Gauge
 	publishFailures prometheus.Counter
+	rejected        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -17,9 +18,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "coordkit_events_publish_failures_total",
 			Help: "Events that could not be published or buffered for NATS.",
 		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordkit_events_rejected_total",
+			Help: "Messages a subscription dropped because they were not signed with the events key: unsigned or bad_signature (one per subscription that received it).",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.publishFailures)
+		reg.MustRegister(m.connected, m.publishFailures, m.rejected)
 	}
 	return m
 }

@@ -18,13 +18,13 @@ import (
 )
 
 // eventPair is pair with what event tests need: the instances themselves (for metrics) and
-// the URL of the NATS server they share.
+// the URL of the NATS server they share, logged in as its publisher.
 func eventPair(t *testing.T, bc backendCase) (a, b *instance, natsURL string) {
 	open := bc.store(t)
 	busA, busB := busPair(t)
 	a, b = startInstanceWith(t, bc.name, open(t), busA), startInstanceWith(t, bc.name, open(t), busB)
 	a.client, b.client = bc.connectClient(a.url), bc.connectClient(b.url)
-	return a, b, busA.ClientURL()
+	return a, b, publisherURL(busA)
 }
 
 // received is one event as a subscriber saw it.

@@ -42,7 +42,8 @@ func (s *Service) stopEvents() {
 }
 
 // onEvent wakes the head of the local line of the key whose lease ended. The token, when
-// the payload carries one, lets the line ignore the echo of a release it already woke for.
+// the payload carries one, lets the line ignore the echo of a release this instance made
+// itself; nothing in an event stops a later one from waking the line (see waiters.heard).
 func (s *Service) onEvent(subj string, data []byte) {
 	_, backend, key, ok := subject.ParseLock(subj)
 	if !ok || !s.waiters.has(backend, key) {
@@ -52,7 +53,7 @@ func (s *Service) onEvent(subj string, data []byte) {
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, &ev); err != nil {
 		ev.FencingToken = 0 // a payload we cannot read still says the lock may be free
 	}
-	if s.waiters.wakeHead(backend, key, ev.GetFencingToken()) {
+	if s.waiters.heard(backend, key, ev.GetFencingToken()) {
 		s.metrics.wakeups.WithLabelValues(backend, "event").Inc()
 	}
 }

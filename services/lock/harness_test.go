@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -159,7 +160,18 @@ func pair(t *testing.T, bc backendCase) (*client.Client, *client.Client) {
 func busPair(t *testing.T) (*event.Bus, *event.Bus) {
 	t.Helper()
 	a := openBus(t, event.Config{Listen: "127.0.0.1:0"})
-	return a, openBus(t, event.Config{URL: a.ClientURL()})
+	return a, openBus(t, event.Config{URL: publisherURL(a)})
+}
+
+// publisherURL is the URL of the embedded server of b, with Listen, that logs in as its
+// publisher: another coord instance, or an attacker who stole its password.
+func publisherURL(b *event.Bus) string {
+	u, err := url.Parse(b.ClientURL())
+	if err != nil {
+		panic(err)
+	}
+	u.User = url.UserPassword(b.Auth().Publisher.User, b.Auth().Publisher.Password)
+	return u.String()
 }
 
 func openBus(t *testing.T, cfg event.Config) *event.Bus {

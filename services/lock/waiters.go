@@ -20,10 +20,12 @@ type lineKey struct{ backend, key string }
 
 type line struct {
 	q *list.List // of *waiter, first come first
-	// ended holds the fencing tokens of the last leases whose end woke the head: the same
-	// release reaches an instance twice (its own short cut and the NATS echo), and only the
-	// first wakes anyone. Exact tokens, not a high-water mark: a token in an event is not to
-	// be trusted (a forged or foreign event must cost one wake-up, never silence the line).
+	// ended holds the fencing tokens of the last leases this instance itself ended (its
+	// own releases, expiries and takeovers, which woke the head directly): their echo on
+	// NATS wakes nobody again. Only this instance's own knowledge goes in: an event
+	// received over NATS never marks a token, whoever sent it, so no event content can make
+	// the line ignore a genuine end it has not seen yet (a forged `released` carrying the
+	// next holder's token costs one attempt, never that holder's real release).
 	ended recent
 	// nudged likewise holds the tokens of leases whose expiry a waiter's timer reported:
 	// several timers fire for one lease. It is kept apart from ended because a timer only
@@ -109,14 +111,30 @@ func (ws *waiters) leave(w *waiter, got bool, holderExpiry time.Time) {
 	signal(next.wake)
 }
 
-// wakeHead wakes the head of (backend, key)'s line because the lease with token ended
-// (released, or expired as an event says); a token of 0 (unknown) always wakes. It reports
+// wakeHead wakes the head of (backend, key)'s line because this instance ended the lease
+// with token; it remembers token so the event's echo wakes nobody (see heard). It reports
 // whether a waiter was woken.
 func (ws *waiters) wakeHead(backend, key string, token uint64) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	l := ws.lines[lineKey{backend, key}]
 	if l == nil || token != 0 && !l.ended.add(token) {
+		return false
+	}
+	signal(l.head().wake)
+	return true
+}
+
+// heard wakes the head of (backend, key)'s line because an event received over NATS says
+// the lease with token ended, unless this instance ended that lease itself (the event is
+// its own echo). It marks nothing: what arrives over NATS may be forged or replayed, and
+// must never stop a later event from waking the line. A token of 0 (unknown) always wakes.
+// It reports whether a waiter was woken.
+func (ws *waiters) heard(backend, key string, token uint64) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	l := ws.lines[lineKey{backend, key}]
+	if l == nil || token != 0 && slices.Contains(l.ended[:], token) {
 		return false
 	}
 	signal(l.head().wake)
