@@ -7,6 +7,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,11 +15,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite"
+
+	"github.com/coordkit/coordkit/libs/clock"
 )
 
 // OpenSQLite opens (creating if needed) the SQLite database at path in WAL mode, with
@@ -27,31 +31,103 @@ import (
 // one connection: SQLite runs one writer at a time anyway, and this process's writers then
 // queue in Go instead of sleeping in SQLite's busy handler.
 //
+// Commits are durable: synchronous=FULL makes every commit sync the write-ahead log before
+// it returns, so a commit that was acknowledged survives a power loss or a kernel crash (in
+// WAL mode NORMAL syncs only at checkpoints, and the last commits before a crash can roll
+// back: a segment's max_id, a fence floor, a Put). Setting the environment variable
+// COORDKIT_SQLITE_SYNCHRONOUS to NORMAL trades that for speed (docs/benchmarks.md has the
+// cost); no other value but FULL is accepted.
+//
+// Dialect.NowMillis reads the database's own clock function, coordkit_now_ms(), which this
+// handle registers on its connections: the process's clock.Steady (clock.Process unless
+// WithClock says otherwise), so that a step of the wall clock never moves a lease.
+//
 // The data is the service's alone: missing directories are created 0700 and the database
 // 0600, and SQLite gives its -wal and -shm files the database's mode. A database file (or
 // -wal, -shm) that others may read, as versions before this one created them, is narrowed to
 // 0600 with a warning; a directory that others may enter is only warned about, since it may
 // be shared (a home directory, the working directory).
-func OpenSQLite(ctx context.Context, path string) (*DB, error) {
+func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, error) {
+	o := sqliteOptions{clock: clock.Process()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	sync, err := synchronousMode()
+	if err != nil {
+		return nil, err
+	}
 	if err := prepareSQLiteFiles(path); err != nil {
 		return nil, fmt.Errorf("sqldb: %w", err)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "synchronous("+sync+")")
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
+	// A driver of this handle's own carries its clock function; database/sql opens every
+	// connection of the pool through it, each with the pragmas above.
+	drv := &sqlite.Driver{}
+	now := o.clock
+	if err := drv.RegisterScalarFunction(nowFunction, 0, func(*sqlite.FunctionContext, []driver.Value) (driver.Value, error) {
+		return now.UnixMilli(), nil
+	}); err != nil {
 		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
 	}
+	db := sql.OpenDB(sqliteConnector{drv: drv, dsn: "file:" + path + "?" + q.Encode()})
 	db.SetMaxOpenConns(1)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
 	}
-	return &DB{DB: db, Dialect: SQLite}, nil
+	return &DB{DB: db, Dialect: SQLite, Clock: o.clock}, nil
 }
+
+// nowFunction is the SQL function OpenSQLite's handles read their clock with.
+const nowFunction = "coordkit_now_ms"
+
+// SynchronousEnv is the environment variable that sets OpenSQLite's synchronous mode: FULL
+// (the default) or NORMAL.
+const SynchronousEnv = "COORDKIT_SQLITE_SYNCHRONOUS"
+
+// synchronousMode is the synchronous pragma SynchronousEnv asks for, FULL by default.
+func synchronousMode() (string, error) {
+	switch v := strings.ToUpper(strings.TrimSpace(os.Getenv(SynchronousEnv))); v {
+	case "", "FULL":
+		return "FULL", nil
+	case "NORMAL":
+		return "NORMAL", nil
+	default:
+		return "", fmt.Errorf("sqldb: %s=%q: want FULL or NORMAL", SynchronousEnv, v)
+	}
+}
+
+// SQLiteOption configures OpenSQLite.
+type SQLiteOption func(*sqliteOptions)
+
+type sqliteOptions struct {
+	clock *clock.Steady
+}
+
+// WithClock sets the clock the database's coordkit_now_ms() reads (default clock.Process):
+// tests step a clock.Fake under it.
+func WithClock(c *clock.Steady) SQLiteOption { return func(o *sqliteOptions) { o.clock = c } }
+
+// sqliteConnector opens connections to dsn through drv.
+type sqliteConnector struct {
+	drv *sqlite.Driver
+	dsn string
+}
+
+// Connect implements driver.Connector.
+func (c sqliteConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.drv.Open(c.dsn)
+}
+
+// Driver implements driver.Connector.
+func (c sqliteConnector) Driver() driver.Driver { return c.drv }
 
 // Modes of what OpenSQLite creates.
 const (
