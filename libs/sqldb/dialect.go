@@ -100,4 +100,6 @@ type DB struct {
 	// Clock is the clock Dialect.NowMillis reads when Dialect.ProcessClock is set (SQLite);
 	// nil for a database that keeps its own.
 	Clock *clock.Steady
+
+	marks *clockMarks // SQLite: see clockmark.go
 }

@@ -48,7 +48,7 @@ import (
 // 0600 with a warning; a directory that others may enter is only warned about, since it may
 // be shared (a home directory, the working directory).
 func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, error) {
-	o := sqliteOptions{clock: clock.Process()}
+	o := sqliteOptions{clock: clock.Process(), markEvery: time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -79,7 +79,12 @@ func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, er
 		db.Close()
 		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
 	}
-	return &DB{DB: db, Dialect: SQLite, Clock: o.clock}, nil
+	out := &DB{DB: db, Dialect: SQLite, Clock: o.clock}
+	if err := out.startClockMarks(ctx, o.markEvery); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
+	}
+	return out, nil
 }
 
 // nowFunction is the SQL function OpenSQLite's handles read their clock with.
@@ -105,7 +110,8 @@ func synchronousMode() (string, error) {
 type SQLiteOption func(*sqliteOptions)
 
 type sqliteOptions struct {
-	clock *clock.Steady
+	clock     *clock.Steady
+	markEvery time.Duration
 }
 
 // WithClock sets the clock the database's coordkit_now_ms() reads (default clock.Process):
