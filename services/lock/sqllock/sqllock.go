@@ -100,15 +100,15 @@ import (
 // Backend implements lock.Backend on a SQL database.
 type Backend struct {
 	lock.ExpiryHook
-	db     *sql.DB
-	d      Dialect
-	scope  string
-	ownsDB bool
-	o      options
-	st     statements
-	slots  chan struct{}                    // TryAcquires at once; nil: no bound
-	group  *batch.Coalescer[txJob, bool]    // group commit (group.go); nil: off
-	peeks  *batch.Coalescer[string, peeked] // batched plain reads (peeks.go)
+	db    *sql.DB
+	d     Dialect
+	scope string
+	owned *sqldb.DB // the handle Close closes, when the backend opened it
+	o     options
+	st    statements
+	slots chan struct{}                    // TryAcquires at once; nil: no bound
+	group *batch.Coalescer[txJob, bool]    // group commit (group.go); nil: off
+	peeks *batch.Coalescer[string, peeked] // batched plain reads (peeks.go)
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -194,8 +194,8 @@ func (b *Backend) Close() error {
 		b.stopJanitor()
 		<-b.janitorDone
 		b.st.close()
-		if b.ownsDB {
-			b.closeErr = b.db.Close()
+		if b.owned != nil {
+			b.closeErr = b.owned.Close()
 		}
 	})
 	return b.closeErr
