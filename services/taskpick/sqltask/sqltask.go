@@ -61,6 +61,9 @@ func New(ctx context.Context, db *sqldb.DB, cfg Config) (*Backend, error) {
 	if err := migrate(ctx, db); err != nil {
 		return nil, err
 	}
+	if err := redateLeases(ctx, db); err != nil {
+		return nil, err
+	}
 	b := &Backend{db: db, d: db.Dialect, cfg: cfg, byCount: map[string]*sql.Stmt{}}
 	if err := b.st.prepare(ctx, b); err != nil {
 		b.st.close()
