@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	flag "github.com/spf13/pflag"
 
+	"github.com/coordkit/coordkit/libs/clock"
 	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/server"
@@ -204,6 +205,14 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		scfg.Tokens = t
 	}
 	srv := server.New(scfg)
+	// Steps of this process's wall clock: the backends that keep their own clock (redis,
+	// mysql, zookeeper) time leases by it, not by coordkit's steady clock; see the README's
+	// clock assumptions.
+	stopWatch, err := clock.Watch(clock.WatchConfig{Logger: logger, Registerer: srv.Registry()})
+	if err != nil {
+		return fail(fmt.Errorf("clock watch: %w", err))
+	}
+	closers.Add(func() error { stopWatch(); return nil })
 	deps, err := openDeps(ctx, cfg, srv, logger, &closers)
 	if err != nil {
 		return fail(err)
