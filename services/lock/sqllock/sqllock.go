@@ -10,7 +10,10 @@
 // The database's clock decides expiry, in whole milliseconds, truncated. A lease of ttl
 // granted when that clock read now is stored as now + 1 + ttl rounded up to milliseconds,
 // and the row stays held while expires_at > the clock: it is let go strictly after the
-// reported expires_at, which the service measures before asking the database.
+// reported expires_at, which the service measures before asking the database. On SQLite the
+// database's clock is the process's steady clock (sqldb.OpenSQLite), which a step of the wall
+// clock does not move; a new process gives every lease it finds its whole ttl again, since
+// the wall clock its clock starts from may have been stepped while no process ran.
 //
 // # Storage bounded by live state
 //

@@ -8,6 +8,9 @@
 // error. A unique key on (pool, id) makes Put idempotent. The database's clock decides every
 // time, in whole milliseconds: a lease of ttl taken when it read now ends at now + 1 + ttl, so
 // never before the end reported to the worker, which is measured before the database was asked.
+// On SQLite that clock is the process's steady clock (sqldb.OpenSQLite), which a step of the
+// wall clock does not move; a new process moves the leases it finds by its clock's shift since
+// the last process's clock mark (sqldb.DB.TakeClockShift).
 //
 // A pick is one short transaction: on MySQL, SELECT … FOR UPDATE SKIP LOCKED of up to n due
 // tasks in the pick's order, then one UPDATE that leases them, so concurrent pickers take
