@@ -102,3 +102,34 @@ func TestSQLiteClockIgnoresWallSteps(t *testing.T) {
 		t.Fatalf("after -1h: now = %d, want %d", got, want)
 	}
 }
+
+// TestSQLiteClockShift: a handle tells, once, how far its clock is ahead of the last mark the
+// previous handle on the file left at Close, a step of the wall clock in between included.
+func TestSQLiteClockShift(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "d.db")
+	f := clock.NewFake(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
+	open := func() *DB {
+		db, err := OpenSQLite(ctx, path, WithClock(clock.NewSteady(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	db := open()
+	if _, ok := db.TakeClockShift(); ok {
+		t.Fatal("a new database reported a clock shift")
+	}
+	f.Advance(3 * time.Second)
+	db.Close()
+	f.Advance(2 * time.Second)
+	f.Step(-time.Hour)
+	db = open()
+	defer db.Close()
+	if shift, ok := db.TakeClockShift(); !ok || shift != 2*time.Second-time.Hour {
+		t.Fatalf("TakeClockShift = %v, %v; want %v", shift, ok, 2*time.Second-time.Hour)
+	}
+	if _, ok := db.TakeClockShift(); ok {
+		t.Fatal("the shift was handed out twice")
+	}
+}
