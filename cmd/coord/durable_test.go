@@ -216,3 +216,13 @@ func TestDurableAfterKill(t *testing.T) {
 		s.close()
 	}
 }
+
+// TestServeRefusesUnknownSynchronous: a typo in --sqlite-synchronous stops coord serve
+// instead of silently meaning either mode.
+func TestServeRefusesUnknownSynchronous(t *testing.T) {
+	err := run(context.Background(), []string{"serve", "--addr", freeAddr(t), "--data-dir", t.TempDir(),
+		"--sqlite-synchronous", "off"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--sqlite-synchronous") {
+		t.Fatalf("serve --sqlite-synchronous off: %v, want an error naming the flag", err)
+	}
+}

@@ -53,6 +53,7 @@ type serveConfig struct {
 	tokensFile     string
 	bodyTimeout    time.Duration
 	maxConns       int
+	sqliteSync     string
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -80,6 +81,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; with it every client must present a certificate it signed (mutual TLS)")
 	fs.StringVar(&c.tokensFile, "auth-tokens-file", "", "file with one \"name token\" pair per line; every RPC but gRPC health then needs Authorization: Bearer <token>; reloaded on SIGHUP")
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", 10*time.Second, "how long a request body may take to arrive after its headers (never limits server-side waits or streams)")
+	fs.StringVar(&c.sqliteSync, "sqlite-synchronous", "full", "how the embedded SQLite stores sync commits: full (every acknowledged commit survives a power loss) or normal (faster; a power loss can roll back the last commits, repeating IDs and fencing tokens)")
 	fs.IntVar(&c.maxConns, "max-conns", 0, "connections open at once, more wait to be accepted; 0 derives it from the file-descriptor limit, -1 no limit")
 }
 
@@ -203,6 +205,9 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 			return fail(fmt.Errorf("--auth-tokens-file: %w", err))
 		}
 		scfg.Tokens = t
+	}
+	if err := sqldb.SetSynchronous(cfg.sqliteSync); err != nil {
+		return fail(fmt.Errorf("--sqlite-synchronous: %w", err))
 	}
 	srv := server.New(scfg)
 	// Steps of this process's wall clock: the backends that keep their own clock (redis,

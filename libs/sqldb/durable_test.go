@@ -52,24 +52,33 @@ func TestSQLiteSynchronousFullOnEveryConnection(t *testing.T) {
 	}
 }
 
-// TestSQLiteSynchronousEnv: NORMAL only when asked for, and a typo is refused rather than
-// silently meaning either.
-func TestSQLiteSynchronousEnv(t *testing.T) {
+// TestSQLiteSetSynchronous: NORMAL only when asked for, and a typo is refused rather than
+// silently meaning either. Not parallel: the setting is the process's.
+func TestSQLiteSetSynchronous(t *testing.T) {
 	ctx := context.Background()
-	t.Setenv(SynchronousEnv, "normal")
-	db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "a.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sync int
-	if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil || sync != 1 {
-		t.Errorf("%s=normal: synchronous = %d, %v; want 1", SynchronousEnv, sync, err)
-	}
-	db.Close()
-	t.Setenv(SynchronousEnv, "OFF")
-	if db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "b.db")); err == nil {
+	defer SetSynchronous("full")
+	for _, tc := range []struct {
+		mode string
+		want int
+	}{{"normal", 1}, {"FULL", 2}, {"", 2}} {
+		if err := SetSynchronous(tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "a.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sync int
+		if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil || sync != tc.want {
+			t.Errorf("SetSynchronous(%q): synchronous = %d, %v; want %d", tc.mode, sync, err, tc.want)
+		}
 		db.Close()
-		t.Fatalf("%s=OFF accepted", SynchronousEnv)
+	}
+	if err := SetSynchronous("off"); err == nil {
+		t.Fatal(`SetSynchronous("off") accepted`)
+	}
+	if got := synchronousMode(); got != "FULL" {
+		t.Fatalf("after a refused mode: %s, want FULL", got)
 	}
 }
 

@@ -10,8 +10,12 @@ import (
 	"testing"
 )
 
-// syncChildEnv names the database TestSyncChild commits to.
-const syncChildEnv = "SQLDB_SYNC_CHILD_DB"
+// syncChildEnv names the database TestSyncChild commits to, syncModeEnv its synchronous
+// mode.
+const (
+	syncChildEnv = "SQLDB_SYNC_CHILD_DB"
+	syncModeEnv  = "SQLDB_SYNC_CHILD_MODE"
+)
 
 // syncCommits is how many commits TestSyncChild makes.
 const syncCommits = 40
@@ -22,6 +26,9 @@ func TestSyncChild(t *testing.T) {
 	path := os.Getenv(syncChildEnv)
 	if path == "" {
 		t.Skip("the traced writer of TestSQLiteCommitsFsync")
+	}
+	if err := SetSynchronous(os.Getenv(syncModeEnv)); err != nil {
+		t.Fatal(err)
 	}
 	ctx := context.Background()
 	db, err := OpenSQLite(ctx, path)
@@ -57,7 +64,7 @@ func TestSQLiteCommitsFsync(t *testing.T) {
 		out := filepath.Join(dir, "strace.txt")
 		cmd := exec.Command(strace, "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out,
 			os.Args[0], "-test.run=^TestSyncChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), syncChildEnv+"="+filepath.Join(dir, "sync.db"), SynchronousEnv+"="+tc.env)
+		cmd.Env = append(os.Environ(), syncChildEnv+"="+filepath.Join(dir, "sync.db"), syncModeEnv+"="+tc.env)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Skipf("strace cannot trace here: %v\n%s", err, b)
 		}

@@ -5,6 +5,7 @@
 package sqldb
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -34,9 +36,8 @@ import (
 // Commits are durable: synchronous=FULL makes every commit sync the write-ahead log before
 // it returns, so a commit that was acknowledged survives a power loss or a kernel crash (in
 // WAL mode NORMAL syncs only at checkpoints, and the last commits before a crash can roll
-// back: a segment's max_id, a fence floor, a Put). Setting the environment variable
-// COORDKIT_SQLITE_SYNCHRONOUS to NORMAL trades that for speed (docs/benchmarks.md has the
-// cost); no other value but FULL is accepted.
+// back: a segment's max_id, a fence floor, a Put). SetSynchronous("normal") trades that for
+// speed (docs/benchmarks.md has the cost).
 //
 // Dialect.NowMillis reads the database's own clock function, coordkit_now_ms(), which this
 // handle registers on its connections: the process's clock.Steady (clock.Process unless
@@ -52,10 +53,7 @@ func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, er
 	for _, opt := range opts {
 		opt(&o)
 	}
-	sync, err := synchronousMode()
-	if err != nil {
-		return nil, err
-	}
+	sync := synchronousMode()
 	if err := prepareSQLiteFiles(path); err != nil {
 		return nil, fmt.Errorf("sqldb: %w", err)
 	}
@@ -90,20 +88,30 @@ func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, er
 // nowFunction is the SQL function OpenSQLite's handles read their clock with.
 const nowFunction = "coordkit_now_ms"
 
-// SynchronousEnv is the environment variable that sets OpenSQLite's synchronous mode: FULL
-// (the default) or NORMAL.
-const SynchronousEnv = "COORDKIT_SQLITE_SYNCHRONOUS"
+// synchronous is the synchronous pragma of the SQLite databases the process opens from now
+// on (SetSynchronous); "" means FULL.
+var synchronous atomic.Value
 
-// synchronousMode is the synchronous pragma SynchronousEnv asks for, FULL by default.
-func synchronousMode() (string, error) {
-	switch v := strings.ToUpper(strings.TrimSpace(os.Getenv(SynchronousEnv))); v {
-	case "", "FULL":
-		return "FULL", nil
-	case "NORMAL":
-		return "NORMAL", nil
+// SetSynchronous sets how the SQLite databases this process opens from now on sync their
+// commits: "full" (the default; "" means it too) or "normal", which lets a power loss or
+// kernel crash roll back the last acknowledged commits and is only for stores that may lose
+// them (benchmarks comparing the two). Other values are an error.
+func SetSynchronous(mode string) error {
+	switch m := strings.ToUpper(strings.TrimSpace(mode)); m {
+	case "", "FULL", "NORMAL":
+		synchronous.Store(cmp.Or(m, "FULL"))
+		return nil
 	default:
-		return "", fmt.Errorf("sqldb: %s=%q: want FULL or NORMAL", SynchronousEnv, v)
+		return fmt.Errorf("sqldb: SQLite synchronous %q: want full or normal", mode)
 	}
+}
+
+// synchronousMode is the synchronous pragma SetSynchronous chose, FULL by default.
+func synchronousMode() string {
+	if m, ok := synchronous.Load().(string); ok {
+		return m
+	}
+	return "FULL"
 }
 
 // SQLiteOption configures OpenSQLite.
