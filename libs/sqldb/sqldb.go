@@ -53,14 +53,14 @@ func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, er
 	for _, opt := range opts {
 		opt(&o)
 	}
-	sync := synchronousMode()
+	syncMode := synchronousMode()
 	if err := prepareSQLiteFiles(path); err != nil {
 		return nil, fmt.Errorf("sqldb: %w", err)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+sync+")")
+	q.Add("_pragma", "synchronous("+syncMode+")")
 	q.Set("_txlock", "immediate")
 	// A driver of this handle's own carries its clock function; database/sql opens every
 	// connection of the pool through it, each with the pragmas above.
