@@ -55,13 +55,19 @@ func (db *DB) startClockMarks(ctx context.Context, every time.Duration) error {
 		defer close(done)
 		t := time.NewTicker(every)
 		defer t.Stop()
+		failing := false // warned of, until a mark is written again
 		for {
 			select {
 			case <-bg.Done():
 				return
 			case <-t.C:
-				if err := mark(bg); err != nil && bg.Err() == nil {
-					slog.Warn("sqldb: could not write the clock mark", "error", err)
+				err := mark(bg)
+				switch {
+				case err != nil && bg.Err() == nil && !failing:
+					slog.Warn("sqldb: could not write the clock mark; a restart then keeps task leases longer", "error", err)
+					failing = true
+				case err == nil:
+					failing = false
 				}
 			}
 		}
