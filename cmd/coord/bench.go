@@ -5,6 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/coordkit/coordkit/libs/sqldb"
 )
 
 // newBenchCmd builds `coord bench` and its subcommands.
@@ -37,7 +39,11 @@ without --server-pid) shows as -. --in-process runs the service in this process 
 
 	id := &cobra.Command{Use: "id", Short: "the ID service against bwmarrin/snowflake and google/uuid", Args: argsExactly()}
 	idCfg := benchIDFlags(id.Flags())
+	idSync := sqliteSyncFlag(id.Flags())
 	id.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := sqldb.SetSynchronous(*idSync); err != nil {
+			return usageErr(cmd, err)
+		}
 		return benchID(cmd.Context(), *idCfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	}
 
@@ -53,9 +59,13 @@ without --server-pid) shows as -. --in-process runs the service in this process 
 
 	task := &cobra.Command{Use: "task", Short: "the task-pick service against hibiken/asynq", Args: argsExactly()}
 	taskCfg := benchTaskFlags(task.Flags())
+	taskSync := sqliteSyncFlag(task.Flags())
 	task.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := taskCfg()
 		if err != nil {
+			return usageErr(cmd, err)
+		}
+		if err := sqldb.SetSynchronous(*taskSync); err != nil {
 			return usageErr(cmd, err)
 		}
 		return benchTask(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -79,4 +89,10 @@ every table. COORDKIT_* variables apply to the flags below only.`
 
 	c.AddCommand(lock, id, contend, task, all)
 	return c
+}
+
+// sqliteSyncFlag adds --sqlite-synchronous, how the bench's in-process SQLite stores sync
+// their commits, to fs.
+func sqliteSyncFlag(fs *pflag.FlagSet) *string {
+	return fs.String("sqlite-synchronous", "full", "how the in-process SQLite stores sync commits: full or normal (see coord serve --sqlite-synchronous)")
 }

@@ -64,6 +64,7 @@ type benchConfig struct {
 	zkAddrs    []string
 	mysqlDSN   string
 	dataDir    string
+	sqliteSync string
 	asJSON     bool
 	cpuProfile string
 	inProcess  bool // run the service in the bench's process instead of as a child process
@@ -94,6 +95,7 @@ func benchLockFlags(fs *pflag.FlagSet) func() (benchConfig, error) {
 	zkAddrs := fs.String("zk-addrs", "127.0.0.1:2181", "ZooKeeper for service/zookeeper")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB for service/mysql")
 	fs.StringVar(&cfg.dataDir, "data-dir", "", "SQLite directory of the service the bench starts; empty means a temporary one")
+	fs.StringVar(&cfg.sqliteSync, "sqlite-synchronous", "full", "the started service's --sqlite-synchronous: full or normal")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file (of the clients only, unless --in-process)")
 	return func() (benchConfig, error) { return cfg.check(*clients, *targets, *redlockAddrs, *zkAddrs) }
@@ -330,7 +332,7 @@ func benchDataDir(cfg benchConfig) (string, func() error, error) {
 // benchServeConfig is the `coord serve` configuration of the service the bench starts: the
 // backends of the selected targets, logging errors only; addr is set where it starts.
 func benchServeConfig(cfg benchConfig, dataDir string) serveConfig {
-	scfg := serveConfig{dataDir: dataDir, logLevel: "error", logFormat: "text"}
+	scfg := serveConfig{dataDir: dataDir, logLevel: "error", logFormat: "text", sqliteSync: cfg.sqliteSync}
 	if slices.Contains(cfg.targets, targetServiceRedis) {
 		scfg.redisAddr = cfg.redisAddr
 	}

@@ -110,7 +110,7 @@ func serveArgs(scfg serveConfig) (args, env []string) {
 		"--log-level=" + scfg.logLevel, "--log-format=" + scfg.logFormat}
 	for _, f := range []struct{ name, value string }{
 		{"redis-addr", scfg.redisAddr}, {"redlock-addrs", scfg.redlockAddrs},
-		{"zk-addrs", scfg.zkAddrs}, {"lock-scope", scfg.lockScope},
+		{"zk-addrs", scfg.zkAddrs}, {"lock-scope", scfg.lockScope}, {"sqlite-synchronous", scfg.sqliteSync},
 	} {
 		if f.value != "" {
 			args = append(args, "--"+f.name+"="+f.value)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	flag "github.com/spf13/pflag"
 
+	"github.com/coordkit/coordkit/libs/clock"
 	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/server"
@@ -53,6 +54,7 @@ type serveConfig struct {
 	tokensFile     string
 	bodyTimeout    time.Duration
 	maxConns       int
+	sqliteSync     string
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -81,6 +83,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA bundle; with it every client must present a certificate it signed (mutual TLS)")
 	fs.StringVar(&c.tokensFile, "auth-tokens-file", "", "file with one \"name token\" pair per line; every RPC but gRPC health then needs Authorization: Bearer <token>; reloaded on SIGHUP")
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", 10*time.Second, "how long a request body may take to arrive after its headers (never limits server-side waits or streams)")
+	fs.StringVar(&c.sqliteSync, "sqlite-synchronous", "full", "how the embedded SQLite stores sync commits: full (every acknowledged commit survives a power loss) or normal (faster; a power loss can roll back the last commits, repeating IDs and fencing tokens)")
 	fs.IntVar(&c.maxConns, "max-conns", 0, "connections open at once, more wait to be accepted; 0 derives it from the file-descriptor limit, -1 no limit")
 }
 
@@ -205,8 +208,19 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		}
 		scfg.Tokens = t
 	}
+	if err := sqldb.SetSynchronous(cfg.sqliteSync); err != nil {
+		return fail(fmt.Errorf("--sqlite-synchronous: %w", err))
+	}
 	srv := server.New(scfg)
 	cfg.nats.serveTLS = scfg.TLS
+	// Steps of this process's wall clock: the backends that keep their own clock (redis,
+	// mysql, zookeeper) time leases by it, not by coordkit's steady clock; see the README's
+	// clock assumptions.
+	stopWatch, err := clock.Watch(clock.WatchConfig{Logger: logger, Registerer: srv.Registry()})
+	if err != nil {
+		return fail(fmt.Errorf("clock watch: %w", err))
+	}
+	closers.Add(func() error { stopWatch(); return nil })
 	deps, err := openDeps(ctx, cfg, srv, logger, &closers)
 	if err != nil {
 		return fail(err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/coordkit/coordkit/libs/clock"
 )
 
 // Dialect holds the SQL fragments that differ between engines, so every service writes its
@@ -27,8 +29,14 @@ type Dialect struct {
 	TableExists string
 	// NowMillis is an expression for the database's clock in Unix milliseconds, truncated
 	// (never rounded up): the database, never an instance's clock, decides when a lease
-	// expired.
+	// expired. On SQLite, which lives in the process, the database's clock is the process's
+	// clock.Steady (see OpenSQLite), which no step of the wall clock moves; MySQL keeps its
+	// server's clock.
 	NowMillis string
+	// ProcessClock says that NowMillis is the process's clock (DB.Clock), which starts anew
+	// with every process: a lease stored by an earlier process may have been timed on a clock
+	// that has since been stepped, so a service re-dates the leases it finds at start-up.
+	ProcessClock bool
 	// ForUpdate follows a SELECT of rows the transaction will change ("" where a write
 	// transaction locks the whole database, as SQLite's BEGIN IMMEDIATE).
 	ForUpdate string
@@ -51,10 +59,10 @@ var SQLite = Dialect{
 	Blob:         "BLOB",
 	TableOptions: "",
 	TableExists:  "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-	// SQLite's clock is whole milliseconds, which 'subsec' turns into a floating-point
-	// number of seconds: times 1000 it may come out as …999.9999, which a CAST would
-	// truncate to a millisecond early. ROUND recovers the exact millisecond.
-	NowMillis:    "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
+	// A function OpenSQLite registers: the process's steady clock, never SQLite's own
+	// unixepoch(), which reads the wall clock.
+	NowMillis:    nowFunction + "()",
+	ProcessClock: true,
 	ForUpdate:    "",
 	SkipLocked:   "",
 	InsertIgnore: "INSERT OR IGNORE",
@@ -89,4 +97,9 @@ type DB struct {
 	*sql.DB
 	// Dialect is the engine's SQL flavour.
 	Dialect Dialect
+	// Clock is the clock Dialect.NowMillis reads when Dialect.ProcessClock is set (SQLite);
+	// nil for a database that keeps its own.
+	Clock *clock.Steady
+
+	marks *clockMarks // SQLite: see clockmark.go
 }

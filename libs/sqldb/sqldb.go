@@ -5,8 +5,10 @@
 package sqldb
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,11 +16,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite"
+
+	"github.com/coordkit/coordkit/libs/clock"
 )
 
 // OpenSQLite opens (creating if needed) the SQLite database at path in WAL mode, with
@@ -27,31 +33,115 @@ import (
 // one connection: SQLite runs one writer at a time anyway, and this process's writers then
 // queue in Go instead of sleeping in SQLite's busy handler.
 //
+// Commits are durable: synchronous=FULL makes every commit sync the write-ahead log before
+// it returns, so a commit that was acknowledged survives a power loss or a kernel crash (in
+// WAL mode NORMAL syncs only at checkpoints, and the last commits before a crash can roll
+// back: a segment's max_id, a fence floor, a Put). SetSynchronous("normal") trades that for
+// speed (docs/benchmarks.md has the cost).
+//
+// Dialect.NowMillis reads the database's own clock function, coordkit_now_ms(), which this
+// handle registers on its connections: the process's clock.Steady (clock.Process unless
+// WithClock says otherwise), so that a step of the wall clock never moves a lease.
+//
 // The data is the service's alone: missing directories are created 0700 and the database
 // 0600, and SQLite gives its -wal and -shm files the database's mode. A database file (or
 // -wal, -shm) that others may read, as versions before this one created them, is narrowed to
 // 0600 with a warning; a directory that others may enter is only warned about, since it may
 // be shared (a home directory, the working directory).
-func OpenSQLite(ctx context.Context, path string) (*DB, error) {
+func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, error) {
+	o := sqliteOptions{clock: clock.Process(), markEvery: time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	syncMode := synchronousMode()
 	if err := prepareSQLiteFiles(path); err != nil {
 		return nil, fmt.Errorf("sqldb: %w", err)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "synchronous("+syncMode+")")
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
+	// A driver of this handle's own carries its clock function; database/sql opens every
+	// connection of the pool through it, each with the pragmas above.
+	drv := &sqlite.Driver{}
+	now := o.clock
+	if err := drv.RegisterScalarFunction(nowFunction, 0, func(*sqlite.FunctionContext, []driver.Value) (driver.Value, error) {
+		return now.UnixMilli(), nil
+	}); err != nil {
 		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
 	}
+	db := sql.OpenDB(sqliteConnector{drv: drv, dsn: "file:" + path + "?" + q.Encode()})
 	db.SetMaxOpenConns(1)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
 	}
-	return &DB{DB: db, Dialect: SQLite}, nil
+	out := &DB{DB: db, Dialect: SQLite, Clock: o.clock}
+	if err := out.startClockMarks(ctx, o.markEvery); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqldb: open %s: %w", path, err)
+	}
+	return out, nil
 }
+
+// nowFunction is the SQL function OpenSQLite's handles read their clock with.
+const nowFunction = "coordkit_now_ms"
+
+// synchronous is the synchronous pragma of the SQLite databases the process opens from now
+// on (SetSynchronous); "" means FULL.
+var synchronous atomic.Value
+
+// SetSynchronous sets how the SQLite databases this process opens from now on sync their
+// commits: "full" (the default; "" means it too) or "normal", which lets a power loss or
+// kernel crash roll back the last acknowledged commits and is only for stores that may lose
+// them (benchmarks comparing the two). Other values are an error.
+func SetSynchronous(mode string) error {
+	switch m := strings.ToUpper(strings.TrimSpace(mode)); m {
+	case "", "FULL", "NORMAL":
+		synchronous.Store(cmp.Or(m, "FULL"))
+		return nil
+	default:
+		return fmt.Errorf("sqldb: SQLite synchronous %q: want full or normal", mode)
+	}
+}
+
+// synchronousMode is the synchronous pragma SetSynchronous chose, FULL by default.
+func synchronousMode() string {
+	if m, ok := synchronous.Load().(string); ok {
+		return m
+	}
+	return "FULL"
+}
+
+// SQLiteOption configures OpenSQLite.
+type SQLiteOption func(*sqliteOptions)
+
+type sqliteOptions struct {
+	clock     *clock.Steady
+	markEvery time.Duration
+}
+
+// WithClock sets the clock the database's coordkit_now_ms() reads (default clock.Process):
+// tests step a clock.Fake under it.
+func WithClock(c *clock.Steady) SQLiteOption { return func(o *sqliteOptions) { o.clock = c } }
+
+// sqliteConnector opens connections to dsn through drv.
+type sqliteConnector struct {
+	drv *sqlite.Driver
+	dsn string
+}
+
+// Connect implements driver.Connector.
+func (c sqliteConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.drv.Open(c.dsn)
+}
+
+// Driver implements driver.Connector.
+func (c sqliteConnector) Driver() driver.Driver { return c.drv }
 
 // Modes of what OpenSQLite creates.
 const (

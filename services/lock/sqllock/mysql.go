@@ -26,6 +26,6 @@ func OpenMySQL(ctx context.Context, dsn, scope string, opts ...Option) (*Backend
 		db.Close()
 		return nil, err
 	}
-	b.ownsDB = true
+	b.owned = db
 	return b, nil
 }

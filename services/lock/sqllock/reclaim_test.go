@@ -292,9 +292,9 @@ func TestCloseStopsJanitor(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine) {
 		s := e.newStore(t)
 		b := s.open(t, WithReclaimInterval(time.Millisecond))
-		db := b.db
-		b.ownsDB = false // the test keeps the database open to see what runs after Close
-		t.Cleanup(func() { db.Close() })
+		owned := b.owned
+		b.owned = nil // the test keeps the database open to see what runs after Close
+		t.Cleanup(func() { owned.Close() })
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -30,6 +30,9 @@ func (b *Backend) migrate(ctx context.Context) error {
 	if err := b.addHolderID(ctx); err != nil {
 		return err
 	}
+	if err := b.redateLeases(ctx); err != nil {
+		return err
+	}
 	var n int
 	if err := b.db.QueryRowContext(ctx, b.d.TableExists, legacyTable).Scan(&n); err != nil {
 		return err
@@ -57,6 +60,23 @@ func (b *Backend) migrate(ctx context.Context) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// redateLeases gives every lease of the scope found at start-up its whole ttl from now, when
+// the database's clock is the process's (SQLite): the leases were timed on the clock of the
+// process that granted them, and the wall clock that this process's clock starts from may
+// have been stepped since, either way. A lease can then only last longer than granted (by up
+// to its ttl, also a lease whose holder is gone), never end early, and a step back while the
+// service was down does not keep a lease for the length of the step. A lease without its own
+// ttl (copied from the single-table layout) gets the service's default.
+func (b *Backend) redateLeases(ctx context.Context) error {
+	if !b.d.ProcessClock {
+		return nil
+	}
+	_, err := b.db.ExecContext(ctx, "UPDATE "+leasesTable+" SET expires_at = "+b.d.NowMillis+
+		" + 1 + CASE WHEN ttl_ms > 0 THEN ttl_ms ELSE ? END WHERE scope = ? AND owner <> ''",
+		lock.DefaultTTL.Milliseconds(), b.scope)
+	return err
 }
 
 // addHolderID adds the holder_id column to a leases table an older version created. Its

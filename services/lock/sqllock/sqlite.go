@@ -20,6 +20,6 @@ func OpenSQLite(ctx context.Context, path string, opts ...Option) (*Backend, err
 		db.Close()
 		return nil, err
 	}
-	b.ownsDB = true
+	b.owned = db
 	return b, nil
 }

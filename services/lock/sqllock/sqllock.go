@@ -10,7 +10,10 @@
 // The database's clock decides expiry, in whole milliseconds, truncated. A lease of ttl
 // granted when that clock read now is stored as now + 1 + ttl rounded up to milliseconds,
 // and the row stays held while expires_at > the clock: it is let go strictly after the
-// reported expires_at, which the service measures before asking the database.
+// reported expires_at, which the service measures before asking the database. On SQLite the
+// database's clock is the process's steady clock (sqldb.OpenSQLite), which a step of the wall
+// clock does not move; a new process gives every lease it finds its whole ttl again, since
+// the wall clock its clock starts from may have been stepped while no process ran.
 //
 // # Storage bounded by live state
 //
@@ -100,15 +103,15 @@ import (
 // Backend implements lock.Backend on a SQL database.
 type Backend struct {
 	lock.ExpiryHook
-	db     *sql.DB
-	d      Dialect
-	scope  string
-	ownsDB bool
-	o      options
-	st     statements
-	slots  chan struct{}                    // TryAcquires at once; nil: no bound
-	group  *batch.Coalescer[txJob, bool]    // group commit (group.go); nil: off
-	peeks  *batch.Coalescer[string, peeked] // batched plain reads (peeks.go)
+	db    *sql.DB
+	d     Dialect
+	scope string
+	owned *sqldb.DB // the handle Close closes, when the backend opened it
+	o     options
+	st    statements
+	slots chan struct{}                    // TryAcquires at once; nil: no bound
+	group *batch.Coalescer[txJob, bool]    // group commit (group.go); nil: off
+	peeks *batch.Coalescer[string, peeked] // batched plain reads (peeks.go)
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -194,8 +197,8 @@ func (b *Backend) Close() error {
 		b.stopJanitor()
 		<-b.janitorDone
 		b.st.close()
-		if b.ownsDB {
-			b.closeErr = b.db.Close()
+		if b.owned != nil {
+			b.closeErr = b.owned.Close()
 		}
 	})
 	return b.closeErr

@@ -3,6 +3,7 @@ package sqltask
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/coordkit/coordkit/libs/sqldb"
 )
@@ -102,6 +103,26 @@ func migrate(ctx context.Context, db *sqldb.DB) error {
 	}
 	if _, err := db.ExecContext(ctx, leaseHashColumn(db.Dialect)); err != nil && !hasColumn() {
 		return fmt.Errorf("sqltask: %s schema: add lease_hash: %w", db.Dialect.Name, err)
+	}
+	return nil
+}
+
+// redateLeases moves the task leases an earlier process granted onto this process's clock,
+// where the database's clock is the process's (SQLite, see sqldb.DB.TakeClockShift): each
+// keeps at least the time it had left when that process stopped, whether the wall clock was
+// stepped forward or back meanwhile, so no lease ends early and none lasts for the length of
+// a step back.
+func redateLeases(ctx context.Context, db *sqldb.DB) error {
+	if !db.Dialect.ProcessClock {
+		return nil
+	}
+	shift, ok := db.TakeClockShift()
+	if !ok || shift == 0 {
+		return nil
+	}
+	_, err := db.ExecContext(ctx, "UPDATE "+table+" SET run_at = run_at + ? WHERE state = "+strconv.Itoa(stLeased), shift.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("sqltask: %s: re-date leases: %w", db.Dialect.Name, err)
 	}
 	return nil
 }

@@ -8,6 +8,9 @@
 // secret (lease_hash), attempt counters, payload and last error. A unique key on (pool, id)
 // makes Put idempotent. The database's clock decides every time, in whole milliseconds: a lease of ttl taken when it read now ends at now + 1 + ttl, so
 // never before the end reported to the worker, which is measured before the database was asked.
+// On SQLite that clock is the process's steady clock (sqldb.OpenSQLite), which a step of the
+// wall clock does not move; a new process moves the leases it finds by its clock's shift since
+// the last process's clock mark (sqldb.DB.TakeClockShift).
 //
 // A pick is one short transaction: a SELECT of up to n due tasks in the pick's order (on
 // MySQL … FOR UPDATE SKIP LOCKED, so concurrent pickers take disjoint tasks without waiting
@@ -60,6 +63,9 @@ var _ taskpick.Backend = (*Backend)(nil)
 // db.
 func New(ctx context.Context, db *sqldb.DB, cfg Config) (*Backend, error) {
 	if err := migrate(ctx, db); err != nil {
+		return nil, err
+	}
+	if err := redateLeases(ctx, db); err != nil {
 		return nil, err
 	}
 	b := &Backend{db: db, d: db.Dialect, cfg: cfg, byCount: map[string]*sql.Stmt{}}
