@@ -11,6 +11,10 @@
 // Each lease's first check is one of a non-blocking receive on Lost(), Context().Err() and
 // Err(), in turn; a second pass reads all of them, and whether Context's Err and Done agree.
 // It prints one JSON line {"checks": ...} and exits.
+//
+// With -skew, it takes as many leases again through a client that is told every expires_at
+// moved by the skew, as a holder whose wall clock is that far behind the service's (or
+// ahead, for a negative skew) would read it.
 package main
 
 import (
@@ -22,11 +26,16 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/coordkit/coordkit/libs/client"
+	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
 // lease is one held lock and what its checks said.
@@ -34,6 +43,7 @@ type lease struct {
 	Backend string `json:"backend"`
 	Key     string `json:"key"`
 	Token   uint64 `json:"token"`
+	Skewed  bool   `json:"skewed"` // taken through the skewed client
 	// First is which check came first (lost, ctx, err) and FirstLost what it said.
 	First     string `json:"first,omitempty"`
 	FirstLost bool   `json:"firstLost"`
@@ -54,34 +64,40 @@ func main() {
 	n := flag.Int("n", 40, "leases per backend")
 	ttl := flag.Duration("ttl", time.Second, "lease ttl")
 	gap := flag.Duration("gap", 500*time.Millisecond, "a clock jump longer than this is the pause")
+	skew := flag.Duration("skew", 0, "also hold -n leases per backend through a client told every expires_at moved by this")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("pauseholder: ")
 
-	c := client.New(*server)
+	clients := map[bool]*client.Client{false: client.New(*server)}
+	if *skew != 0 {
+		clients[true] = client.New(*server, client.WithConnectOptions(connect.WithInterceptors(skewed(*skew))))
+	}
 	var leases []*lease
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	for _, b := range strings.Split(*backends, ",") {
-		wg.Go(func() {
-			step := *ttl / 3 / time.Duration(*n)
-			for i := range *n {
-				key := fmt.Sprintf("%s:%s:%d", *prefix, b, i)
-				l, err := lockRetrying(c, key, b, *ttl)
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
+		for skewed, c := range clients {
+			wg.Go(func() {
+				step := *ttl / 3 / time.Duration(*n)
+				for i := range *n {
+					key := fmt.Sprintf("%s:%s:%v:%d", *prefix, b, skewed, i)
+					l, err := lockRetrying(c, key, b, *ttl)
+					if err != nil {
+						select {
+						case errs <- err:
+						default:
+						}
+						return
 					}
-					return
+					mu.Lock()
+					leases = append(leases, &lease{Backend: b, Key: key, Token: l.FencingToken(), Skewed: skewed, l: l})
+					mu.Unlock()
+					time.Sleep(step)
 				}
-				mu.Lock()
-				leases = append(leases, &lease{Backend: b, Key: key, Token: l.FencingToken(), l: l})
-				mu.Unlock()
-				time.Sleep(step)
-			}
-		})
+			})
+		}
 	}
 	wg.Wait()
 	select {
@@ -94,6 +110,17 @@ func main() {
 			log.Fatalf("%s lost before the pause: %v", ls.Key, err)
 		}
 	}
+	// The plain leases are checked first: the sooner a check comes after the resume, the
+	// likelier it is that no timer ran before it.
+	slices.SortStableFunc(leases, func(a, b *lease) int {
+		switch {
+		case a.Skewed == b.Skewed:
+			return 0
+		case b.Skewed:
+			return -1
+		}
+		return 1
+	})
 	// Spin from before the report on: the test stops the process only once it has read the
 	// report, so the stop always falls inside the clock readings below.
 	runtime.GOMAXPROCS(1)
@@ -178,4 +205,33 @@ func emit(v any) {
 		log.Fatal(err)
 	}
 	os.Stdout.Write(append(b, '\n')) //nolint:errcheck // the test reads it or fails
+}
+
+// skewed is a client interceptor that moves every expires_at the holder is told by skew.
+func skewed(skew time.Duration) connect.UnaryInterceptorFunc {
+	shift := func(l *lockv1.Lease) {
+		if l.GetExpiresAt() != nil {
+			l.ExpiresAt = timestamppb.New(l.GetExpiresAt().AsTime().Add(skew))
+		}
+	}
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			if err != nil {
+				return res, err
+			}
+			switch m := res.Any().(type) {
+			case *lockv1.AcquireResponse:
+				shift(m.GetLease())
+			case *lockv1.RenewResponse:
+				shift(m.GetLease())
+			case *lockv1.BatchResponse:
+				for _, r := range m.GetResults() {
+					shift(r.GetAcquire().GetLease())
+					shift(r.GetRenew().GetLease())
+				}
+			}
+			return res, nil
+		}
+	}
 }
