@@ -264,13 +264,13 @@ func (r *chaosRun) holdTime(rnd *rand.Rand) time.Duration {
 
 // hold runs the critical section of a granted lease: a read of the register, then fenced
 // writes every 15-40ms, each made only while the holder still believes it holds the lease
-// (Lost not closed and its clock before the reported expiry minus the safety margin). It
+// (Lost not closed and its clock before the SDK's Deadline). It
 // records the lease's belief end and unlocks.
 func (r *chaosRun) hold(c, inst int, l *client.Lock, called, start, holdFor time.Duration, rnd *rand.Rand) {
 	cl := &chaosLease{Key: l.Key(), Token: l.FencingToken(), Client: c, Instance: inst,
 		Called: called, Start: start, Planned: start + holdFor}
 	r.rec.granted(cl)
-	deadline := func() time.Duration { return r.rec.since(l.ExpiresAt().Add(-l.SafetyMargin())) }
+	deadline := func() time.Duration { return r.rec.since(l.Deadline()) }
 	believes := func() (time.Duration, bool) {
 		now := r.rec.now()
 		select {

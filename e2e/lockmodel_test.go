@@ -19,11 +19,11 @@ import (
 //
 // What is linearizable for a lease-based lock? Not "Acquire then Release": a lease can end by
 // expiry, and its holder learns of that only from its own clock (the SDK's watchdog gives up
-// at the reported expiry minus a safety margin). So a lease is modelled by what its holder
-// may act on: it is granted when Acquire returns, and it ends at its belief end, the first of
-// the moment the holder called Unlock, the moment it saw Lost, and the last reported expiry
-// minus the SDK's safety margin. Between the two the holder runs its critical section
-// against a separate linearizable register (a Redis hash on the shared server) whose writes
+// at its Deadline: the last confirmed request's send time plus the granted span, minus a
+// safety margin). So a lease is modelled by what its holder may act on: it is granted when
+// Acquire returns, and it ends at its belief end, the first of the moment the holder called
+// Unlock, the moment it saw Lost, and the SDK's Deadline. Between the two the holder runs its
+// critical section against a separate linearizable register (a Redis hash on the shared server) whose writes
 // are fenced: a write (token, seq) is applied only if it is above the last applied
 // (token, seq) lexicographically, so each lease's writes have to be strictly increasing too.
 //

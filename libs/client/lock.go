@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -112,6 +113,7 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait ti
 		callCtx, cancel = context.WithTimeout(ctx, wait+2*time.Second)
 		defer cancel()
 	}
+	sent := time.Now() // before any queueing in the batcher: the lease is reckoned from here
 	res, err := c.locks.Acquire(callCtx, &lockv1.AcquireRequest{
 		Key:     key,
 		Backend: o.backend,
@@ -126,7 +128,7 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait ti
 	if !res.GetAcquired() {
 		return nil, ErrNotAcquired
 	}
-	return c.newLock(res.GetLease(), o.ttl), nil
+	return c.newLock(res.GetLease(), o.ttl, sent, wait > 0), nil
 }
 
 // Lock is a held lease. A watchdog renews it every third of the lease until Unlock, and
@@ -135,26 +137,46 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait ti
 //   - at once when the service answers that the lease is gone: failed_precondition (no longer
 //     held, expired), permission_denied (another owner holds it now), or invalid_argument,
 //     not_found or unauthenticated, which no retry can change;
-//   - otherwise, when no renewal has been confirmed by ExpiresAt() - SafetyMargin(). A failed
-//     or slow renewal is not a loss by itself: the watchdog tries again with jittered,
-//     doubling backoff, keeping a few tries in flight so that one hung connection cannot
-//     stall it, until a try confirms the lease or that deadline passes.
+//   - otherwise, when no renewal has been confirmed by Deadline(). A failed or slow renewal is
+//     not a loss by itself: the watchdog tries again with jittered, doubling backoff, keeping
+//     a few tries in flight so that one hung connection cannot stall it, until a try confirms
+//     the lease or the deadline passes.
 //
-// So when the service cannot be reached, Lost closes no later than the last ExpiresAt minus
-// the margin, which is before the service could hand the lock to anyone else. The margin
-// (ttl/10, at least 50ms and at most 1s, and never more than a quarter of the ttl) leaves
-// room for the guarded work to notice Lost and stop, for timers that fire late on a busy
-// host, and for clock differences: ExpiresAt is on the service's clock and the watchdog reads
-// it on the local one, so the bound holds while the local clock is not behind the service's
-// by more than the margin (NTP keeps hosts within milliseconds). A local clock that is ahead
-// only makes Lost come earlier.
+// The deadline is reckoned on this process's own clock, as Chubby and etcd clients reckon
+// theirs: the moment the acquire or the last confirmed renewal was sent, plus the span the
+// service granted from when it took the request up (the lease's expires_after), minus the
+// safety margin. The request was sent before the service started the lease, so the
+// deadline falls before the service could hand the lock to anyone else, whatever the two
+// wall clocks say: no clock agreement is needed. The margin (ttl/10, at least 50ms and at
+// most 1s, never more than a quarter of the ttl) leaves room for the guarded work to notice
+// and stop, and for timers that fire late on a busy host. Against a service too old to
+// report expires_after the deadline falls back to its expires_at, read on the local clock,
+// which holds only while the local clock is not behind the service's by more than the margin.
+//
+// The deadline is compared with the clock on every call of Lost, Err and Context (and of the
+// returned context's Done, Err and Value), not only by a timer: a process that was paused
+// past its deadline (SIGSTOP, a long GC pause, a suspended VM) finds the lease lost on its
+// very first check after resuming, before any timer had a chance to run. The clock is the
+// monotonic one, and the wall clock as well: the earlier of the two ends the lease, so a
+// suspend that stops the monotonic clock is caught too (a forward step of the local wall
+// clock can only end a lease early, never late). Contexts derived from Context (WithCancel,
+// WithTimeout) are canceled by the timer and the checks of the Lock's own methods; check
+// Lost, Err or Context itself right before a write that relies on the lock.
 type Lock struct {
 	c      *Client
 	lease  *lockv1.Lease
 	ttl    time.Duration
 	margin time.Duration
+	// base is when the first acquire was sent, on both of this process's clocks; deadline is
+	// how long after base the watchdog vouches for the lease (see overdue).
+	base     time.Time
+	deadline atomic.Int64
+	// ended is set once the loss or the unlock has fully taken effect (Err set, ctx
+	// canceled, lost closed): a check may then skip the clock.
+	ended atomic.Bool
 
-	ctx    context.Context
+	ctx    context.Context // the lease's context, canceled by a loss or Unlock
+	lctx   leaseContext    // ctx with a deadline check on each call, what Context returns
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
 	// dog ends the watchdog: canceled by Unlock, and with ctx by a loss.
@@ -163,25 +185,44 @@ type Lock struct {
 	done    chan struct{}
 
 	mu        sync.Mutex
-	expiresAt time.Time
-	// expiry fires at the deadline, expiresAt - margin, and sets itself again for the later
-	// deadline when renewals have moved it meanwhile.
+	expiresAt time.Time // the service's last report, for ExpiresAt
+	end       time.Time // the lease's end on the local clocks: deadline + margin
+	// expiry fires at the deadline, and sets itself again for the later deadline when
+	// renewals have moved it meanwhile.
 	expiry   *time.Timer
 	lastErr  error // the last failed renewal since the last confirmed one
 	err      error
 	unlocked bool
 }
 
-func (c *Client) newLock(lease *lockv1.Lease, ttl time.Duration) *Lock {
+// leaseEnd is when lease ends on this process's clocks, for a request sent at sent and
+// answered at received (both read from time.Now, so they carry the monotonic clock): sent
+// plus the service's expires_after. A service that does not report expires_after leaves
+// expires_at, read against the local wall clock at received, capped for a request that did
+// not wait by sent plus the ttl asked for.
+func leaseEnd(lease *lockv1.Lease, ttl time.Duration, sent, received time.Time, waited bool) time.Time {
+	if d := lease.GetExpiresAfter(); d != nil {
+		return sent.Add(max(d.AsDuration(), 0))
+	}
+	end := received.Add(lease.GetExpiresAt().AsTime().Sub(received.Round(0)))
+	if !waited && sent.Add(ttl).Before(end) {
+		end = sent.Add(ttl)
+	}
+	return end
+}
+
+func (c *Client) newLock(lease *lockv1.Lease, ttl time.Duration, sent time.Time, waited bool) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	dog, stopDog := context.WithCancel(ctx)
 	l := &Lock{
-		c: c, lease: lease, ttl: ttl, margin: safetyMargin(ttl),
+		c: c, lease: lease, ttl: ttl, margin: safetyMargin(ttl), base: sent,
 		ctx: ctx, cancel: cancel, lost: make(chan struct{}),
 		dog: dog, stopDog: stopDog, done: make(chan struct{}),
 		expiresAt: lease.GetExpiresAt().AsTime(),
 	}
+	l.lctx = leaseContext{Context: ctx, l: l}
 	l.mu.Lock() // the timer may fire at once; it must find itself set
+	l.setEndLocked(leaseEnd(lease, ttl, sent, time.Now(), waited))
 	l.expiry = time.AfterFunc(time.Until(l.deadlineLocked()), l.expire)
 	l.mu.Unlock()
 	go l.watchdog()
@@ -205,30 +246,80 @@ func (l *Lock) FencingToken() uint64 { return l.lease.GetFencingToken() }
 func (l *Lock) HoldCount() uint32 { return l.lease.GetHoldCount() }
 
 // ExpiresAt is when the lease ends unless the watchdog renews it again, as the service last
-// reported it (on the service's clock). After a loss it is the last expiry confirmed.
+// reported it, on the service's wall clock: for display. The watchdog goes by Deadline,
+// which does not depend on the two clocks agreeing. After a loss it is the last expiry
+// confirmed.
 func (l *Lock) ExpiresAt() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.expiresAt
 }
 
-// SafetyMargin is how long before ExpiresAt the watchdog gives up on a lease it cannot
+// SafetyMargin is how long before the lease's end the watchdog gives up on a lease it cannot
 // confirm: ttl/10, at least 50ms and at most 1s, and never more than a quarter of the ttl.
 func (l *Lock) SafetyMargin() time.Duration { return l.margin }
 
+// Deadline is the moment, on this process's clock, after which the watchdog no longer
+// vouches for the lease unless a renewal confirms it first: when the acquire or the last
+// confirmed renewal was sent, plus the span the service granted, minus SafetyMargin. It
+// moves with every confirmed renewal. The value carries Go's monotonic clock reading: compare
+// it with time.Now, not with times from elsewhere.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadlineLocked()
+}
+
 // Lost is closed the moment the lease is lost: the service said it is gone, or no renewal was
-// confirmed by ExpiresAt() - SafetyMargin().
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
+// confirmed by Deadline(). Each call compares the deadline with the clock first, so a
+// non-blocking receive on it is a check that holds even right after the process was paused.
+func (l *Lock) Lost() <-chan struct{} {
+	l.check()
+	return l.lost
+}
 
 // Context is canceled when the lease is lost or the lock is unlocked; context.Cause tells
-// which. Run the guarded work under it.
-func (l *Lock) Context() context.Context { return l.ctx }
+// which. Run the guarded work under it. Its Done, Err and Value compare the lease's deadline
+// with the clock on every call, so Err and Done agree and both say lost the moment the
+// deadline has passed, even when no timer has run yet.
+func (l *Lock) Context() context.Context {
+	l.check()
+	return l.lctx
+}
 
-// Err is nil while the lease is held, or why it was lost.
+// Err is nil while the lease is held, or why it was lost. It compares the deadline with the
+// clock on every call.
 func (l *Lock) Err() error {
+	l.check()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
+}
+
+// leaseContext is the Lock's context with a deadline check before each of Done, Err and
+// Value (context.Cause reads through Value), so that whichever the guarded work asks first
+// after a pause already sees the loss.
+type leaseContext struct {
+	context.Context
+	l *Lock
+}
+
+// Done implements context.Context.
+func (c leaseContext) Done() <-chan struct{} {
+	c.l.check()
+	return c.Context.Done()
+}
+
+// Err implements context.Context.
+func (c leaseContext) Err() error {
+	c.l.check()
+	return c.Context.Err()
+}
+
+// Value implements context.Context.
+func (c leaseContext) Value(key any) any {
+	c.l.check()
+	return c.Context.Value(key)
 }
 
 // Unlock stops the watchdog and releases one hold. A renewal in flight is abandoned and never
@@ -237,6 +328,7 @@ func (l *Lock) Err() error {
 // and releasing frees it for others sooner) and returns the loss error. Calling it again is a
 // no-op returning nil.
 func (l *Lock) Unlock(ctx context.Context) error {
+	l.check() // a deadline that passed before Unlock is a loss, timer or not
 	l.mu.Lock()
 	if l.unlocked {
 		l.mu.Unlock()
@@ -250,6 +342,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	<-l.done
 	lost := l.Err()
 	l.cancel(ErrUnlocked)
+	l.ended.Store(true)
 	_, err := l.c.locks.Release(ctx, &lockv1.ReleaseRequest{Key: l.Key(), Backend: l.Backend(), Owner: l.Owner(), FencingToken: l.FencingToken()})
 	if lost != nil {
 		return lost

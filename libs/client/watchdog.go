@@ -15,7 +15,7 @@ import (
 
 // The safety margin is ttl/10 within these bounds, and never more than a quarter of the ttl.
 // The floor covers what does not shrink with the lease: a timer firing late on a busy host,
-// the guarded work noticing Lost, clocks a few milliseconds apart. The ceiling keeps long
+// the guarded work noticing Lost between its check and its write. The ceiling keeps long
 // leases from giving up seconds of retrying for no gain.
 const (
 	minMargin = 50 * time.Millisecond
@@ -31,8 +31,8 @@ const maxTries = 3
 // It carries deadline_exceeded, as a timed-out call would.
 var errNoAnswer = connect.NewError(connect.CodeDeadlineExceeded, errors.New("client: no renewal answered before the lease's deadline"))
 
-// safetyMargin is how long before the reported expiry the watchdog stops vouching for a
-// lease of ttl that it could not renew.
+// safetyMargin is how long before the lease's end the watchdog stops vouching for a lease
+// of ttl that it could not renew.
 func safetyMargin(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, minMargin), maxMargin, ttl/4)
 }
@@ -71,8 +71,9 @@ func gone(err error) bool {
 
 // renewal is the outcome of one Renew call.
 type renewal struct {
-	res *lockv1.RenewResponse
-	err error
+	res  *lockv1.RenewResponse
+	err  error
+	sent time.Time // when the try was sent: the renewed lease is reckoned from it
 }
 
 // watchdog renews the lease a third of the way into it until Unlock or a loss.
@@ -97,7 +98,10 @@ func (l *Lock) watchdog() {
 // granted when that is shorter (a Redlock validity, a ZooKeeper lease capped by its session
 // timeout), so that the retries have two thirds of the lease, less the margin.
 func (l *Lock) renewInterval() time.Duration {
-	return max(min(l.ttl, time.Until(l.ExpiresAt()))/3, 10*time.Millisecond)
+	l.mu.Lock()
+	left := time.Until(l.end)
+	l.mu.Unlock()
+	return max(min(l.ttl, left)/3, 10*time.Millisecond)
 }
 
 // renew runs one renewal round: tries, started a jittered backoff apart while none has
@@ -136,7 +140,7 @@ func (l *Lock) renew() bool {
 			inFlight--
 			switch {
 			case a.err == nil:
-				return l.confirm(a.res)
+				return l.confirm(a.res, a.sent)
 			case gone(a.err):
 				l.lose(fmt.Errorf("%w: renew %q: %w", ErrLeaseLost, l.Key(), a.err))
 				return false
@@ -156,21 +160,31 @@ func (l *Lock) try(ctx context.Context, out chan<- renewal, alone bool) {
 	if alone {
 		locks = l.c.rawLocks
 	}
+	sent := time.Now()
 	res, err := locks.Renew(ctx, &lockv1.RenewRequest{
 		Key: l.Key(), Backend: l.Backend(), Owner: l.Owner(), Ttl: durationpb.New(l.ttl),
 	})
-	out <- renewal{res: res, err: err}
+	out <- renewal{res: res, err: err, sent: sent}
 }
 
-// confirm records a renewed lease, which moves the deadline expire checks; it reports false
-// when the lease was lost or unlocked meanwhile, which a late answer does not undo.
-func (l *Lock) confirm(res *lockv1.RenewResponse) bool {
+// confirm records a lease renewed by a try sent at sent, which moves the deadline; it
+// reports false when the lease was lost or unlocked meanwhile, which a late answer does not
+// undo. An answer that comes after the deadline passed does not revive the lease either,
+// whether or not anything noticed the deadline yet: the watchdog stopped vouching then, and
+// every check in between would have said lost.
+func (l *Lock) confirm(res *lockv1.RenewResponse, sent time.Time) bool {
+	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unlocked || l.err != nil {
 		return false
 	}
-	// The reported expiry, even when earlier than the last: it is the backend's word now.
+	if l.overdue(now) {
+		l.lapseLocked()
+		return false
+	}
+	// The granted span, even when it ends earlier than the last: it is the backend's word now.
+	l.setEndLocked(leaseEnd(res.GetLease(), l.ttl, sent, now, false))
 	l.expiresAt = res.GetLease().GetExpiresAt().AsTime()
 	l.lastErr = nil
 	return true
@@ -183,29 +197,58 @@ func (l *Lock) failed(err error) {
 	l.lastErr = err
 }
 
-// deadlineLocked is the last moment the watchdog vouches for the lease without a renewal.
-func (l *Lock) deadlineLocked() time.Time { return l.expiresAt.Add(-l.margin) }
+// setEndLocked records the lease's end on the local clocks and the deadline check reads.
+func (l *Lock) setEndLocked(end time.Time) {
+	l.end = end
+	l.deadline.Store(int64(l.deadlineLocked().Sub(l.base)))
+}
 
-// expire runs on the expiry timer, set for the first lease's deadline: the lease is lost
-// unless renewals have moved the deadline since, in which case it waits for the new one.
+// deadlineLocked is the last moment the watchdog vouches for the lease without a renewal.
+func (l *Lock) deadlineLocked() time.Time { return l.end.Add(-l.margin) }
+
+// overdue reports whether the deadline has passed at now, by the monotonic clock or by the
+// wall clock, whichever says so first: the monotonic clock ignores wall-clock steps back,
+// and the wall clock keeps counting while a suspended machine's monotonic clock stands still.
+func (l *Lock) overdue(now time.Time) bool {
+	d := time.Duration(l.deadline.Load())
+	return now.Sub(l.base) >= d || now.Round(0).Sub(l.base.Round(0)) >= d
+}
+
+// check ends the lease when its deadline has passed: what Lost, Err and Context do on every
+// call, so that a check made before any timer ran (right after the process was paused)
+// already finds the loss. It costs a clock read while the lease is held.
+func (l *Lock) check() {
+	if l.ended.Load() || !l.overdue(time.Now()) {
+		return
+	}
+	l.expire()
+}
+
+// expire runs on the expiry timer, set for the first lease's deadline, and from check: the
+// lease is lost unless renewals have moved the deadline since, in which case the timer waits
+// for the new one.
 func (l *Lock) expire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unlocked || l.err != nil {
 		return
 	}
-	deadline := l.deadlineLocked()
-	if d := time.Until(deadline); d > 0 {
-		// Renewed meanwhile (or the wall clock stepped back): wait for the new deadline.
-		l.expiry.Reset(d)
+	if !l.overdue(time.Now()) {
+		// Renewed meanwhile: wait for the new deadline.
+		l.expiry.Reset(time.Until(l.deadlineLocked()))
 		return
 	}
+	l.lapseLocked()
+}
+
+// lapseLocked loses the lease for a deadline that passed with no renewal confirmed.
+func (l *Lock) lapseLocked() {
 	last := l.lastErr
 	if last == nil {
 		last = errNoAnswer
 	}
-	l.loseLocked(fmt.Errorf("%w: renew %q: not confirmed before its expiry %s minus the %v safety margin: %w",
-		ErrLeaseLost, l.Key(), l.expiresAt.Format(time.RFC3339Nano), l.margin, last))
+	l.loseLocked(fmt.Errorf("%w: renew %q: not confirmed within the granted lease, minus the %v safety margin, from sending the last confirmed request: %w",
+		ErrLeaseLost, l.Key(), l.margin, last))
 }
 
 func (l *Lock) lose(err error) {
@@ -218,10 +261,12 @@ func (l *Lock) lose(err error) {
 }
 
 // loseLocked ends the lease on the client's side. Under mu, so that Unlock finds either no
-// loss or all of it: Err set, Context canceled with it, Lost closed.
+// loss or all of it: Err set, Context canceled with it, Lost closed. ended comes last, so a
+// check that skips the clock for it finds all three done.
 func (l *Lock) loseLocked(err error) {
 	l.err = err
 	l.expiry.Stop()
 	l.cancel(err) // before closing lost: whoever sees Lost closed must find the cause set
 	close(l.lost)
+	l.ended.Store(true)
 }

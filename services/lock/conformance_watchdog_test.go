@@ -57,9 +57,9 @@ func testWatchdogKeepsLock(t *testing.T, bc backendCase) {
 
 // testLostWhenServiceUnreachable cuts the holder off from the service for good, with
 // connections refused or with every packet held, and checks the documented bound: Lost
-// closes no earlier than ExpiresAt - SafetyMargin (the watchdog keeps trying while it could
-// still renew) and never after ExpiresAt (after it the service may hand the lock to another
-// owner while the holder still works under it).
+// closes no earlier than Deadline (the watchdog keeps trying while it could still renew) and
+// never after ExpiresAt (after it the service may hand the lock to another owner while the
+// holder still works under it).
 func testLostWhenServiceUnreachable(t *testing.T, bc backendCase) {
 	tests := []struct {
 		name      string
@@ -87,7 +87,7 @@ func testLostWhenServiceUnreachable(t *testing.T, bc backendCase) {
 				t.Fatalf("Lost not closed %v after the service became unreachable (expiry %v)", 10*ttl, l.ExpiresAt())
 			}
 			lostAt := time.Now()
-			wantLossWithin(t, lostAt, l.ExpiresAt(), l.SafetyMargin(), gauge())
+			wantLossWithin(t, lostAt, l.Deadline(), l.ExpiresAt(), gauge())
 
 			if !errors.Is(l.Err(), client.ErrLeaseLost) || !errors.Is(context.Cause(l.Context()), client.ErrLeaseLost) {
 				t.Fatalf("Err = %v, cause = %v; want ErrLeaseLost", l.Err(), context.Cause(l.Context()))
@@ -102,25 +102,27 @@ func testLostWhenServiceUnreachable(t *testing.T, bc backendCase) {
 	}
 }
 
-// wantLossWithin checks when Lost closed against the lease it gave up: not before
-// expiry - margin, and never after the expiry itself. Between the two is a late timer on a
-// loaded host, allowed because the lock is still the holder's; after the expiry it is not,
-// and the message says whether the whole runtime was starved (oversleep: the worst lateness
-// of the test's own short sleeps meanwhile) or the watchdog was late by itself.
-func wantLossWithin(t *testing.T, lostAt, expiry time.Time, margin, oversleep time.Duration) {
+// wantLossWithin checks when Lost closed against the lease it gave up: not before the SDK's
+// deadline (the last confirmed send + granted span - margin), and never after the reported
+// expiry itself (the service runs on this host's clock here). Between the two is a late
+// timer on a loaded host, allowed because the lock is still the holder's; after the expiry
+// it is not, and the message says whether the whole runtime was starved (oversleep: the
+// worst lateness of the test's own short sleeps meanwhile) or the watchdog was late by
+// itself.
+func wantLossWithin(t *testing.T, lostAt, deadline, expiry time.Time, oversleep time.Duration) {
 	t.Helper()
-	deadline := expiry.Add(-margin)
+	margin := expiry.Sub(deadline)
 	switch {
 	case lostAt.After(expiry):
 		why := "the runtime was not starved, so the watchdog itself is late: a bug"
 		if oversleep > margin {
 			why = "the test's own sleeps were that late too: the host was too starved for the margin; still a failure, because another owner could have held the lock"
 		}
-		t.Fatalf("Lost closed %v AFTER the lease's reported expiry %v (deadline %v = expiry - %v margin); the test's 5ms sleeps overslept by up to %v: %s",
+		t.Fatalf("Lost closed %v AFTER the lease's reported expiry %v (deadline %v, %v before it); the test's 5ms sleeps overslept by up to %v: %s",
 			lostAt.Sub(expiry), expiry.Format(time.StampMicro), deadline.Format(time.StampMicro), margin, oversleep, why)
 	case lostAt.Before(deadline.Add(-5 * time.Millisecond)):
-		t.Fatalf("Lost closed %v before its deadline %v (expiry %v - %v margin): the watchdog gave up while it could still renew the lease",
-			deadline.Sub(lostAt), deadline.Format(time.StampMicro), expiry.Format(time.StampMicro), margin)
+		t.Fatalf("Lost closed %v before its deadline %v (%v before the expiry %v): the watchdog gave up while it could still renew the lease",
+			deadline.Sub(lostAt), deadline.Format(time.StampMicro), margin, expiry.Format(time.StampMicro))
 	case lostAt.After(deadline):
 		t.Logf("Lost closed %v after its deadline, %v before the expiry: a late timer on a loaded host (the test's own sleeps overslept by up to %v)",
 			lostAt.Sub(deadline), expiry.Sub(lostAt), oversleep)

@@ -1,13 +1,23 @@
 package lock
 
 import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
-func leaseToProto(backend string, l Lease) *lockv1.Lease {
+// leaseToProto is l as its holder sees it; start is when the service took up the call that
+// acquired or renewed it. expires_after is the lease's end measured from start: the backend
+// was asked after start and its ExpiresAt is a lower bound of the real end, so a client that
+// adds the span to its own send time (earlier than start) stays inside the lease whatever the
+// two wall clocks say. Both times carry monotonic readings when ExpiresAt was computed in
+// this process, so a step of the service's wall clock meanwhile does not skew the span.
+func leaseToProto(backend string, l Lease, start time.Time) *lockv1.Lease {
 	return &lockv1.Lease{
+		ExpiresAfter: durationpb.New(max(l.ExpiresAt.Sub(start), 0)),
 		Key:          l.Key,
 		Backend:      backend,
 		Owner:        l.Owner,

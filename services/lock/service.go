@@ -180,6 +180,9 @@ type acquireCall struct {
 	b      Backend
 	secret string // the caller's owner, or the one generated for it
 	fresh  bool   // the owner was generated for this call
+	// start is when the service took the call up, before any wait: the lease's
+	// expires_after is measured from it.
+	start time.Time
 }
 
 // prepareAcquire checks req, resolves its backend and sets its owner: everything an Acquire
@@ -196,7 +199,7 @@ func (s *Service) prepareAcquire(req *lockv1.AcquireRequest) (acquireCall, error
 	if err := s.checkFair(name, b, p); err != nil {
 		return acquireCall{}, err
 	}
-	c := acquireCall{name: name, b: b, fresh: p.owner == ""}
+	c := acquireCall{name: name, b: b, fresh: p.owner == "", start: time.Now()}
 	if c.fresh {
 		p.owner = NewOwner()
 	}
@@ -234,7 +237,7 @@ func (s *Service) finishAcquire(ctx context.Context, c acquireCall, att Attempt,
 	}
 	s.metrics.acquires.WithLabelValues(name, result).Inc()
 	att.Lease.Owner = c.secret
-	return &lockv1.AcquireResponse{Acquired: true, Lease: leaseToProto(name, att.Lease)}, nil
+	return &lockv1.AcquireResponse{Acquired: true, Lease: leaseToProto(name, att.Lease, c.start)}, nil
 }
 
 // checkFair refuses fair mode on a backend that keeps no line of waiters.
@@ -278,6 +281,7 @@ type ownedCall struct {
 	token            uint64        // Release's fencing token
 	ttl              time.Duration // Renew's ttl, 0: the lease's own
 	secret           string        // the caller's owner
+	start            time.Time     // Renew's: when the service took it up (see acquireCall.start)
 }
 
 // prepareRelease checks req and resolves its backend.
@@ -343,7 +347,7 @@ func (s *Service) prepareRenew(req *lockv1.RenewRequest) (ownedCall, error) {
 	if err != nil {
 		return ownedCall{}, err
 	}
-	return ownedCall{key: req.GetKey(), owner: ownerDigest(req.GetOwner()), name: name, b: b, ttl: ttl, secret: req.GetOwner()}, nil
+	return ownedCall{key: req.GetKey(), owner: ownerDigest(req.GetOwner()), name: name, b: b, ttl: ttl, secret: req.GetOwner(), start: time.Now()}, nil
 }
 
 // finishRenew turns the backend's answer to c into Renew's.
@@ -355,7 +359,7 @@ func (s *Service) finishRenew(ctx context.Context, c ownedCall, lease Lease, err
 	if s.interested(c.name, lease.Key) { // a renewal may shorten the lease: time its new end
 		s.trackExpiry(c.name, lease.Key, State{Held: true, FencingToken: lease.FencingToken, ExpiresAt: lease.ExpiresAt})
 	}
-	return &lockv1.RenewResponse{Lease: leaseToProto(c.name, lease)}, nil
+	return &lockv1.RenewResponse{Lease: leaseToProto(c.name, lease, c.start)}, nil
 }
 
 // Inspect implements LockServiceHandler.

@@ -3,10 +3,12 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/testenv"
@@ -24,6 +26,7 @@ var watchdogBehaviours = []struct {
 	{"SurvivesHungConnection", testSurvivesHungConnection},
 	{"LostAtOnceWhenGone", testLostAtOnceWhenGone},
 	{"UnlockDuringHungRenewal", testUnlockDuringHungRenewal},
+	{"IgnoresServiceClock", testIgnoresServiceClock},
 }
 
 func TestWatchdog(t *testing.T) {
@@ -196,4 +199,104 @@ func testUnlockDuringHungRenewal(t *testing.T, bc backendCase) {
 		t.Fatalf("after Unlock: Err = %v, cause = %v; want nil and ErrUnlocked", l.Err(), context.Cause(l.Context()))
 	}
 	rig.proxy.Resume()
+}
+
+// skewedClock is a client interceptor that moves every expires_at the holder is told by
+// skew, as a service whose wall clock is skew ahead of the holder's (a holder whose clock
+// is behind) would report it; expires_after, a span, is left as it is.
+func skewedClock(skew time.Duration) connect.UnaryInterceptorFunc {
+	shift := func(l *lockv1.Lease) {
+		if l.GetExpiresAt() != nil {
+			l.ExpiresAt = timestamppb.New(l.GetExpiresAt().AsTime().Add(skew))
+		}
+	}
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			if err != nil {
+				return res, err
+			}
+			switch m := res.Any().(type) {
+			case *lockv1.AcquireResponse:
+				shift(m.GetLease())
+			case *lockv1.RenewResponse:
+				shift(m.GetLease())
+			case *lockv1.BatchResponse:
+				for _, r := range m.GetResults() {
+					shift(r.GetAcquire().GetLease())
+					shift(r.GetRenew().GetLease())
+				}
+			}
+			return res, nil
+		}
+	}
+}
+
+// testIgnoresServiceClock runs a holder whose clock is 5s behind the service's, and one 5s
+// ahead, and cuts it off after a renewal: its Deadline stays where the send times and the
+// granted spans put it (not where the skewed expires_at would), so the lease is kept while
+// the service is up, and Lost closes before the real expiry and before a rival, trying
+// all along, gets the lock. Reckoned from expires_at, the first holder would believe in
+// its lease 5s after the rival took it, and the second would give up at once.
+func testIgnoresServiceClock(t *testing.T, bc backendCase) {
+	for _, skew := range []time.Duration{5 * time.Second, -5 * time.Second} {
+		t.Run(fmt.Sprintf("service clock %+v", skew), func(t *testing.T) {
+			t.Parallel()
+			rig := newWatchdogRig(t, bc, client.WithConnectOptions(connect.WithInterceptors(skewedClock(skew))))
+			const ttl = 3 * time.Second // Redlock gives a node a tenth of it: enough on an overloaded CI host
+			ctx := context.Background()
+			l := must(rig.holder.Lock(ctx, "skew", client.WithTTL(ttl)))(t)
+			defer unlockQuietly(l)
+			awaitRenewal(t, l, 10*ttl) // fails the test if the lease was lost with the service up
+
+			end := inspect(t, rig.rival, "skew").GetExpiresAt().AsTime()
+			if d := l.ExpiresAt().Sub(end) - skew; d.Abs() > ttl/2 {
+				t.Fatalf("holder told expiry %v, the service's is %v: the interceptor did not move it by %v", l.ExpiresAt(), end, skew)
+			}
+			rig.proxy.Stall()
+			rivalAt := make(chan time.Time, 1)
+			go func() {
+				for {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					res, err := acquire(ctx, rig.rival, "skew", "", ttl, 0)
+					cancel()
+					if err == nil && res.GetAcquired() {
+						rivalAt <- time.Now()
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			var lostAt time.Time
+			select {
+			case <-l.Lost():
+				lostAt = time.Now()
+			case at := <-rivalAt:
+				t.Fatalf("the rival got the lock %v before the holder's Lost closed (its Deadline %v ahead, ExpiresAt %v)",
+					time.Since(at), time.Until(l.Deadline()), l.ExpiresAt())
+			case <-time.After(10 * ttl):
+				t.Fatalf("Lost not closed %v after the cut", 10*ttl)
+			}
+			// The last confirmed lease's real end, on the service (the rival's Inspect, its
+			// holder's lease unless already expired): the deadline did not move by the skew.
+			if st := inspect(t, rig.rival, "skew"); st.GetFencingToken() == l.FencingToken() {
+				end = st.GetExpiresAt().AsTime()
+			}
+			if d := end.Sub(l.Deadline()); d < l.SafetyMargin()-5*time.Millisecond || d > ttl*2/3 {
+				t.Fatalf("Deadline %v before the service's expiry, want the margin %v plus at most the round trip: it moved with the skewed clock",
+					d, l.SafetyMargin())
+			}
+			if lostAt.After(end) {
+				t.Fatalf("Lost closed %v after the lease's real expiry", lostAt.Sub(end))
+			}
+			select {
+			case at := <-rivalAt:
+				if at.Before(lostAt) {
+					t.Fatalf("the rival got the lock %v before Lost closed", lostAt.Sub(at))
+				}
+			case <-time.After(10 * ttl):
+				t.Fatal("the rival never got the expired lock")
+			}
+		})
+	}
 }

@@ -22,13 +22,14 @@ type watchdogRig struct {
 	rival  *client.Client
 }
 
-func newWatchdogRig(t *testing.T, bc backendCase) *watchdogRig {
+// newWatchdogRig starts the rig; holderOpts configure the holder's client.
+func newWatchdogRig(t *testing.T, bc backendCase, holderOpts ...client.Option) *watchdogRig {
 	t.Helper()
 	open := bc.store(t)
 	a := startInstance(t, bc.name, open(t))
 	b := startInstance(t, bc.name, open(t))
 	p := testenv.NewProxy(t, strings.TrimPrefix(a.url, "http://"))
-	return &watchdogRig{proxy: p, holder: client.New("http://" + p.Addr()), rival: grpcClient(b.url)}
+	return &watchdogRig{proxy: p, holder: client.New("http://"+p.Addr(), holderOpts...), rival: grpcClient(b.url)}
 }
 
 // awaitRenewal waits for the watchdog's next confirmed renewal and returns the expiry it

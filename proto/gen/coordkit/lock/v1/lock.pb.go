@@ -100,7 +100,14 @@ type Lease struct {
 	// backend, so the backend's own expiry is never earlier than this.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// How many times the owner holds the lock (re-entries + 1).
-	HoldCount     uint32 `protobuf:"varint,6,opt,name=hold_count,json=holdCount,proto3" json:"hold_count,omitempty"`
+	HoldCount uint32 `protobuf:"varint,6,opt,name=hold_count,json=holdCount,proto3" json:"hold_count,omitempty"`
+	// The same end as expires_at, as a span from the moment the service took up this request
+	// (before it asked the backend, and before any server-side wait), measured on the
+	// service's monotonic clock. A client that adds it to the moment it sent the request, on
+	// its own monotonic clock, gets a moment no later than the real end of the lease whatever
+	// the two wall clocks say: the client's deadline never depends on clock agreement.
+	// Unset by services older than the field.
+	ExpiresAfter  *durationpb.Duration `protobuf:"bytes,7,opt,name=expires_after,json=expiresAfter,proto3" json:"expires_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -175,6 +182,13 @@ func (x *Lease) GetHoldCount() uint32 {
 		return x.HoldCount
 	}
 	return 0
+}
+
+func (x *Lease) GetExpiresAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresAfter
+	}
+	return nil
 }
 
 // LockState is a lock as anyone may see it: no owner secret.
@@ -1418,7 +1432,7 @@ var File_coordkit_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcoordkit/lock/v1/lock.proto\x12\x10coordkit.lock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x01\n" +
+	"\x1bcoordkit/lock/v1/lock.proto\x12\x10coordkit.lock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x02\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x14\n" +
@@ -1427,7 +1441,8 @@ const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1d\n" +
 	"\n" +
-	"hold_count\x18\x06 \x01(\rR\tholdCount\"\xe7\x01\n" +
+	"hold_count\x18\x06 \x01(\rR\tholdCount\x12>\n" +
+	"\rexpires_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\fexpiresAfter\"\xe7\x01\n" +
 	"\tLockState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x12\n" +
@@ -1562,47 +1577,48 @@ var file_coordkit_lock_v1_lock_proto_goTypes = []any{
 }
 var file_coordkit_lock_v1_lock_proto_depIdxs = []int32{
 	19, // 0: coordkit.lock.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 1: coordkit.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 2: coordkit.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	20, // 3: coordkit.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	1,  // 4: coordkit.lock.v1.AcquireResponse.lease:type_name -> coordkit.lock.v1.Lease
-	2,  // 5: coordkit.lock.v1.AcquireResponse.holder:type_name -> coordkit.lock.v1.LockState
-	20, // 6: coordkit.lock.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 7: coordkit.lock.v1.RenewResponse.lease:type_name -> coordkit.lock.v1.Lease
-	2,  // 8: coordkit.lock.v1.InspectResponse.state:type_name -> coordkit.lock.v1.LockState
-	2,  // 9: coordkit.lock.v1.WatchResponse.state:type_name -> coordkit.lock.v1.LockState
-	13, // 10: coordkit.lock.v1.WatchResponse.event:type_name -> coordkit.lock.v1.LockEvent
-	0,  // 11: coordkit.lock.v1.LockEvent.kind:type_name -> coordkit.lock.v1.LockEventKind
-	19, // 12: coordkit.lock.v1.LockEvent.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 13: coordkit.lock.v1.LockEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 14: coordkit.lock.v1.BatchRequest.operations:type_name -> coordkit.lock.v1.BatchOperation
-	3,  // 15: coordkit.lock.v1.BatchOperation.acquire:type_name -> coordkit.lock.v1.AcquireRequest
-	5,  // 16: coordkit.lock.v1.BatchOperation.release:type_name -> coordkit.lock.v1.ReleaseRequest
-	7,  // 17: coordkit.lock.v1.BatchOperation.renew:type_name -> coordkit.lock.v1.RenewRequest
-	9,  // 18: coordkit.lock.v1.BatchOperation.inspect:type_name -> coordkit.lock.v1.InspectRequest
-	17, // 19: coordkit.lock.v1.BatchResponse.results:type_name -> coordkit.lock.v1.BatchResult
-	4,  // 20: coordkit.lock.v1.BatchResult.acquire:type_name -> coordkit.lock.v1.AcquireResponse
-	6,  // 21: coordkit.lock.v1.BatchResult.release:type_name -> coordkit.lock.v1.ReleaseResponse
-	8,  // 22: coordkit.lock.v1.BatchResult.renew:type_name -> coordkit.lock.v1.RenewResponse
-	10, // 23: coordkit.lock.v1.BatchResult.inspect:type_name -> coordkit.lock.v1.InspectResponse
-	18, // 24: coordkit.lock.v1.BatchResult.error:type_name -> coordkit.lock.v1.BatchError
-	3,  // 25: coordkit.lock.v1.LockService.Acquire:input_type -> coordkit.lock.v1.AcquireRequest
-	5,  // 26: coordkit.lock.v1.LockService.Release:input_type -> coordkit.lock.v1.ReleaseRequest
-	7,  // 27: coordkit.lock.v1.LockService.Renew:input_type -> coordkit.lock.v1.RenewRequest
-	9,  // 28: coordkit.lock.v1.LockService.Inspect:input_type -> coordkit.lock.v1.InspectRequest
-	11, // 29: coordkit.lock.v1.LockService.Watch:input_type -> coordkit.lock.v1.WatchRequest
-	14, // 30: coordkit.lock.v1.LockService.Batch:input_type -> coordkit.lock.v1.BatchRequest
-	4,  // 31: coordkit.lock.v1.LockService.Acquire:output_type -> coordkit.lock.v1.AcquireResponse
-	6,  // 32: coordkit.lock.v1.LockService.Release:output_type -> coordkit.lock.v1.ReleaseResponse
-	8,  // 33: coordkit.lock.v1.LockService.Renew:output_type -> coordkit.lock.v1.RenewResponse
-	10, // 34: coordkit.lock.v1.LockService.Inspect:output_type -> coordkit.lock.v1.InspectResponse
-	12, // 35: coordkit.lock.v1.LockService.Watch:output_type -> coordkit.lock.v1.WatchResponse
-	16, // 36: coordkit.lock.v1.LockService.Batch:output_type -> coordkit.lock.v1.BatchResponse
-	31, // [31:37] is the sub-list for method output_type
-	25, // [25:31] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	20, // 1: coordkit.lock.v1.Lease.expires_after:type_name -> google.protobuf.Duration
+	19, // 2: coordkit.lock.v1.LockState.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 3: coordkit.lock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	20, // 4: coordkit.lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	1,  // 5: coordkit.lock.v1.AcquireResponse.lease:type_name -> coordkit.lock.v1.Lease
+	2,  // 6: coordkit.lock.v1.AcquireResponse.holder:type_name -> coordkit.lock.v1.LockState
+	20, // 7: coordkit.lock.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	1,  // 8: coordkit.lock.v1.RenewResponse.lease:type_name -> coordkit.lock.v1.Lease
+	2,  // 9: coordkit.lock.v1.InspectResponse.state:type_name -> coordkit.lock.v1.LockState
+	2,  // 10: coordkit.lock.v1.WatchResponse.state:type_name -> coordkit.lock.v1.LockState
+	13, // 11: coordkit.lock.v1.WatchResponse.event:type_name -> coordkit.lock.v1.LockEvent
+	0,  // 12: coordkit.lock.v1.LockEvent.kind:type_name -> coordkit.lock.v1.LockEventKind
+	19, // 13: coordkit.lock.v1.LockEvent.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 14: coordkit.lock.v1.LockEvent.time:type_name -> google.protobuf.Timestamp
+	15, // 15: coordkit.lock.v1.BatchRequest.operations:type_name -> coordkit.lock.v1.BatchOperation
+	3,  // 16: coordkit.lock.v1.BatchOperation.acquire:type_name -> coordkit.lock.v1.AcquireRequest
+	5,  // 17: coordkit.lock.v1.BatchOperation.release:type_name -> coordkit.lock.v1.ReleaseRequest
+	7,  // 18: coordkit.lock.v1.BatchOperation.renew:type_name -> coordkit.lock.v1.RenewRequest
+	9,  // 19: coordkit.lock.v1.BatchOperation.inspect:type_name -> coordkit.lock.v1.InspectRequest
+	17, // 20: coordkit.lock.v1.BatchResponse.results:type_name -> coordkit.lock.v1.BatchResult
+	4,  // 21: coordkit.lock.v1.BatchResult.acquire:type_name -> coordkit.lock.v1.AcquireResponse
+	6,  // 22: coordkit.lock.v1.BatchResult.release:type_name -> coordkit.lock.v1.ReleaseResponse
+	8,  // 23: coordkit.lock.v1.BatchResult.renew:type_name -> coordkit.lock.v1.RenewResponse
+	10, // 24: coordkit.lock.v1.BatchResult.inspect:type_name -> coordkit.lock.v1.InspectResponse
+	18, // 25: coordkit.lock.v1.BatchResult.error:type_name -> coordkit.lock.v1.BatchError
+	3,  // 26: coordkit.lock.v1.LockService.Acquire:input_type -> coordkit.lock.v1.AcquireRequest
+	5,  // 27: coordkit.lock.v1.LockService.Release:input_type -> coordkit.lock.v1.ReleaseRequest
+	7,  // 28: coordkit.lock.v1.LockService.Renew:input_type -> coordkit.lock.v1.RenewRequest
+	9,  // 29: coordkit.lock.v1.LockService.Inspect:input_type -> coordkit.lock.v1.InspectRequest
+	11, // 30: coordkit.lock.v1.LockService.Watch:input_type -> coordkit.lock.v1.WatchRequest
+	14, // 31: coordkit.lock.v1.LockService.Batch:input_type -> coordkit.lock.v1.BatchRequest
+	4,  // 32: coordkit.lock.v1.LockService.Acquire:output_type -> coordkit.lock.v1.AcquireResponse
+	6,  // 33: coordkit.lock.v1.LockService.Release:output_type -> coordkit.lock.v1.ReleaseResponse
+	8,  // 34: coordkit.lock.v1.LockService.Renew:output_type -> coordkit.lock.v1.RenewResponse
+	10, // 35: coordkit.lock.v1.LockService.Inspect:output_type -> coordkit.lock.v1.InspectResponse
+	12, // 36: coordkit.lock.v1.LockService.Watch:output_type -> coordkit.lock.v1.WatchResponse
+	16, // 37: coordkit.lock.v1.LockService.Batch:output_type -> coordkit.lock.v1.BatchResponse
+	32, // [32:38] is the sub-list for method output_type
+	26, // [26:32] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_lock_v1_lock_proto_init() }
