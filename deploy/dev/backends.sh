@@ -120,6 +120,11 @@ nats_up() {
   wait_for nats nats_ok
 }
 
+# tools_up: programs the tests run besides the backends (strace traces SQLite's fsyncs).
+tools_up() {
+  command -v strace >/dev/null || apt_install strace
+}
+
 status_line() {
   if "${@:2}"; then printf '%-22s up\n' "$1"; else printf '%-22s DOWN\n' "$1"; return 1; fi
 }
@@ -131,6 +136,7 @@ case "${1:-}" in
     mysql_up
     zk_up
     nats_up
+    tools_up
     log "all backends answer"
     ;;
   status)
