@@ -259,12 +259,35 @@ func TestServeAuthTokensReload(t *testing.T) {
 		t.Errorf("serving line lacks tokens=1:\n%s", log)
 	}
 
+	// Alice's Watch, open across the reload, must end with it.
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	watch, err := lockClient(url, alice).Watch(wctx, &lockv1.WatchRequest{Key: key})
+	if err != nil || !watch.Receive() {
+		t.Fatalf("alice's Watch before the reload: %v, %v", err, watch.Err())
+	}
+	watchEnded := make(chan error, 1)
+	go func() {
+		defer watch.Close()
+		for watch.Receive() {
+		}
+		watchEnded <- watch.Err()
+	}()
+
 	// SIGHUP: Bob in, Alice out, without a restart.
 	if err := os.WriteFile(tokens, []byte("bob "+bob+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case err := <-watchEnded:
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("the removed token's Watch ended with %v, want unauthenticated", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the removed token's Watch is still open 10s after SIGHUP")
 	}
 	for start := time.Now(); acquireCode(url, bob, key+":bob") != 0; time.Sleep(50 * time.Millisecond) {
 		if time.Since(start) > 10*time.Second {
