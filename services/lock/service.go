@@ -58,6 +58,7 @@ type Service struct {
 	entryTTL time.Duration
 	waiters  *waiters
 	watches  *watches
+	hub      *watchHub
 	expiries *expiryTracker
 	push     *pushState
 	unsubs   []func() error
@@ -87,6 +88,7 @@ func NewService(cfg Config) (*Service, error) {
 		backends: cfg.Backends, def: def, bus: cfg.Events, recheck: cfg.Recheck,
 		waiters: newWaiters(), watches: newWatches(), expiries: newExpiryTracker(), push: newPushState(), metrics: newMetrics(cfg.Registerer), log: cfg.Logger,
 	}
+	s.hub = newWatchHub(s)
 	if s.recheck == 0 {
 		s.recheck = DefaultRecheck
 	}
