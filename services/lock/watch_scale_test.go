@@ -42,8 +42,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestWatchFanOutScale: 5,000 prefix watchers (1,000 under the race detector, which allows
-// 8,128 goroutines) on one instance, each through its own Watch stream over h2c, cost the
+// TestWatchFanOutScale: 5,000 prefix watchers (1,000, with 200 pairs, under the race
+// detector, which allows 8,128 goroutines and is slow) on one instance, each through its own Watch stream over h2c, cost the
 // instance's NATS connection one delivery per event, not one per watcher: while they watch,
 // 500 acquire/release pairs stay within a wide margin of their time without watchers, the
 // instance's own NATS connection never drops or reports a slow consumer, and every watcher
@@ -53,7 +53,7 @@ func (s *syncBuffer) String() string {
 func TestWatchFanOutScale(t *testing.T) {
 	watchers, readers, pairs, workers := 5000, 10, 500, 10
 	if raceEnabled {
-		watchers = 1000
+		watchers, pairs = 1000, 200
 	}
 	logs := &syncBuffer{}
 	bus := openBus(t, event.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
