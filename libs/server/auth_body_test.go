@@ -129,3 +129,33 @@ func TestAuthBeforeBody(t *testing.T) {
 		}
 	})
 }
+
+// TestAuthRefusalLabels: requests refused before routing are counted under their procedure
+// when it exists, and under "other" when the path is made up, so random paths cannot grow
+// the metric's label set.
+func TestAuthRefusalLabels(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, t.TempDir(), "tokens", "alice "+aliceToken+"\n", 0o600)
+	tokens, err := server.LoadTokens(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr, _, _ := edgeServer(t, server.Config{Tokens: tokens}, 0)
+	base := "http://" + addr
+	for i := range 3 {
+		call(t, http.DefaultClient, base, demoPath+"Made"+strings.Repeat("x", i), "")
+	}
+	call(t, http.DefaultClient, base, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "")
+	_, body := getStatus(t, http.DefaultClient, base+"/metrics")
+	for _, want := range []string{
+		`coordkit_rpc_requests_total{code="unauthenticated",procedure="other"} 3`,
+		`coordkit_rpc_requests_total{code="unauthenticated",procedure="/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%.3000s", want, body)
+		}
+	}
+	if strings.Contains(body, "Madex") {
+		t.Errorf("/metrics names a made-up procedure:\n%.3000s", body)
+	}
+}

@@ -262,7 +262,11 @@ func (s *Server) Handler() http.Handler {
 		s.handler = s.bodies.wrap(s.mux)
 		if s.cfg.Tokens != nil {
 			// Outermost: a request without a valid token is refused on its headers.
-			s.handler = s.auth().middleware(s.mux, rpc, procedures(names), s.rpc, s.handler)
+			procs := procedures(names)
+			for _, name := range []string{grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName} {
+				procs["/"+name+"/ServerReflectionInfo"] = true // its one method
+			}
+			s.handler = s.auth().middleware(s.mux, rpc, procs, s.rpc, s.handler)
 		}
 	}
 	return s.handler
