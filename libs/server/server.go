@@ -259,7 +259,7 @@ func (s *Server) Handler() http.Handler {
 		s.mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 		s.mux.HandleFunc("GET /healthz", healthz)
 		s.mux.HandleFunc("GET /readyz", h.readyz)
-		s.handler = s.bodies.wrap(s.mux)
+		s.handler = s.bodies.wrap(withStreamCut(s.mux))
 		if s.cfg.Tokens != nil {
 			// Outermost: a request without a valid token is refused on its headers.
 			procs := procedures(names)

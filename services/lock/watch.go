@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -14,6 +15,9 @@ import (
 // watchBuffer is how many events a watcher may leave unsent before its stream is ended: a
 // slow consumer must never hold up the delivery of events to other watchers and waiters.
 const watchBuffer = 1024
+
+// DefaultLaggedWatchGrace is Config.LaggedWatchGrace by default.
+const DefaultLaggedWatchGrace = 10 * time.Second
 
 // errSlowWatcher ends the stream of a watcher that fell watchBuffer events behind.
 var errSlowWatcher = fmt.Errorf("lock: watcher fell %d events behind (its queue is full; events after it are not sent): watch again and Inspect for the state", watchBuffer)
@@ -45,7 +49,7 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 	if s.bus == nil {
 		return connect.NewError(connect.CodeFailedPrecondition, errors.New("lock: this instance runs without events (no NATS), so it has nothing to watch"))
 	}
-	w := &watcher{backend: name, key: key, events: make(chan *lockv1.LockEvent, watchBuffer), lagged: make(chan struct{})}
+	w := &watcher{ctx: ctx, backend: name, key: key, events: make(chan *lockv1.LockEvent, watchBuffer), lagged: make(chan struct{})}
 	if key == "" {
 		w.key, w.prefix = prefix, true
 	}
@@ -77,7 +81,6 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 		case <-ctx.Done():
 			return server.Error(ctx, context.Cause(ctx))
 		case <-w.lagged:
-			s.metrics.watchLagged.WithLabelValues(name).Inc()
 			return connect.NewError(connect.CodeResourceExhausted, errSlowWatcher)
 		case ev := <-w.events:
 			if err := stream.Send(&lockv1.WatchResponse{Event: ev}); err != nil {

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/coordkit/coordkit/libs/event/subject"
+	"github.com/coordkit/coordkit/libs/server"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
@@ -35,7 +37,8 @@ type hubSub struct {
 
 // watcher is one Watch stream's queue.
 type watcher struct {
-	backend, key string // key, or with prefix set every key starting with it
+	ctx          context.Context // the Watch request's
+	backend, key string          // key, or with prefix set every key starting with it
 	prefix       bool
 	events       chan *lockv1.LockEvent // shared read-only with the other watchers
 	lagged       chan struct{}          // closed when events overflowed the queue
@@ -123,6 +126,10 @@ func (h *watchHub) deliver(hs *hubSub, backend, subj string, data []byte) {
 		default:
 			if !w.overflowed.Swap(true) {
 				close(w.lagged)
+				h.s.metrics.watchLagged.WithLabelValues(backend).Inc()
+				// The stream ends at its next turn, unless it is stuck in a Send to a
+				// client that stopped reading: that one gets a grace to read, then is cut.
+				go server.CutStream(w.ctx, h.s.lagGrace)
 			}
 		}
 	}
