@@ -55,6 +55,8 @@ type serveConfig struct {
 	bodyTimeout    time.Duration
 	maxConns       int
 	sqliteSync     string
+	maxStreams     int
+	streamsPerTok  int
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -85,6 +87,8 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", 10*time.Second, "how long a request body may take to arrive after its headers (never limits server-side waits or streams)")
 	fs.StringVar(&c.sqliteSync, "sqlite-synchronous", "full", "how the embedded SQLite stores sync commits: full (every acknowledged commit survives a power loss) or normal (faster; a power loss can roll back the last commits, repeating IDs and fencing tokens)")
 	fs.IntVar(&c.maxConns, "max-conns", 0, "connections open at once, more wait to be accepted; 0 derives it from the file-descriptor limit, -1 no limit")
+	fs.IntVar(&c.maxStreams, "max-streams", server.DefaultMaxStreams, "server streams (Watch) open at once on this instance; more are refused with resource_exhausted; -1 no limit")
+	fs.IntVar(&c.streamsPerTok, "max-streams-per-token", server.DefaultMaxStreamsPerToken, "server streams one bearer token may hold open at once (with --auth-tokens-file); -1 no limit")
 }
 
 // newServeCmd builds `coord serve`.
@@ -192,6 +196,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	scfg := server.Config{
 		Logger: logger, CompressMinBytes: cfg.compressMin,
 		BodyTimeout: cfg.bodyTimeout, MaxConns: cfg.maxConns,
+		MaxStreams: cfg.maxStreams, MaxStreamsPerToken: cfg.streamsPerTok,
 	}
 	// The TLS and tokens files first: a bad one fails before any backend is touched.
 	if cfg.tlsCert != "" || cfg.tlsKey != "" || cfg.tlsClientCA != "" {

@@ -259,12 +259,35 @@ func TestServeAuthTokensReload(t *testing.T) {
 		t.Errorf("serving line lacks tokens=1:\n%s", log)
 	}
 
+	// Alice's Watch, open across the reload, must end with it.
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	watch, err := lockClient(url, alice).Watch(wctx, &lockv1.WatchRequest{Key: key})
+	if err != nil || !watch.Receive() {
+		t.Fatalf("alice's Watch before the reload: %v, %v", err, watch.Err())
+	}
+	watchEnded := make(chan error, 1)
+	go func() {
+		defer watch.Close()
+		for watch.Receive() {
+		}
+		watchEnded <- watch.Err()
+	}()
+
 	// SIGHUP: Bob in, Alice out, without a restart.
 	if err := os.WriteFile(tokens, []byte("bob "+bob+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case err := <-watchEnded:
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("the removed token's Watch ended with %v, want unauthenticated", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the removed token's Watch is still open 10s after SIGHUP")
 	}
 	for start := time.Now(); acquireCode(url, bob, key+":bob") != 0; time.Sleep(50 * time.Millisecond) {
 		if time.Since(start) > 10*time.Second {
@@ -494,5 +517,49 @@ func TestServeSlowBodiesSpareLongCalls(t *testing.T) {
 		if errors.As(err, &ne) && ne.Timeout() {
 			t.Fatalf("slow connection %d still open %v after its headers (body timeout 1s)", i, time.Since(start))
 		}
+	}
+}
+
+// TestServeStreamLimitFlags: --max-streams-per-token and --max-streams (here from its
+// COORDKIT_ variable) reach the server: past them a Watch is refused with resource_exhausted.
+func TestServeStreamLimitFlags(t *testing.T) {
+	const alice, bob, carol = "alice-0123456789abcdef", "bob-0123456789abcdefgh", "carol-0123456789abcdef"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("alice "+alice+"\nbob "+bob+"\ncarol "+carol+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COORDKIT_MAX_STREAMS", "2")
+	url, _ := serveEdge(t, t.TempDir(), "--auth-tokens-file", tokens, "--max-streams-per-token", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "streams:" + testenv.Prefix(t)
+	open := func(token string) error {
+		s, err := lockClient(url, token).Watch(ctx, &lockv1.WatchRequest{Key: key})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { s.Close() })
+		if !s.Receive() {
+			return s.Err()
+		}
+		return nil
+	}
+	if err := open(alice); err != nil {
+		t.Fatalf("alice's first Watch: %v", err)
+	}
+	if err := open(alice); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("alice's second Watch with --max-streams-per-token 1 = %v, want resource_exhausted", err)
+	}
+	if err := open(bob); err != nil {
+		t.Fatalf("bob's first Watch: %v", err)
+	}
+	if err := open(""); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a Watch without a token = %v, want unauthenticated", err)
+	}
+	if err := open(alice + "x"); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a Watch with an unknown token = %v, want unauthenticated", err)
+	}
+	if err := open(carol); connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "instance") {
+		t.Fatalf("a third Watch, carol's first, with COORDKIT_MAX_STREAMS=2 = %v, want resource_exhausted naming the instance", err)
 	}
 }

@@ -10,7 +10,8 @@ import (
 // Watch streams the events of one lock (req.Key; the first message is its state) or of every
 // key starting with req.Prefix, as an iterator: it yields each message with a nil error and,
 // when the stream fails, a nil message with the error that ended it (resource_exhausted: the
-// watcher fell behind; watch again). Breaking out of the loop or canceling ctx ends the
+// watcher fell behind, or the instance or the token has too many streams open; watch again
+// later; unauthenticated: the token was removed from the server's tokens file). Breaking out of the loop or canceling ctx ends the
 // stream. A backend left empty is the client's (WithBackend), else the service's default.
 //
 //	for msg, err := range c.Watch(ctx, &lockv1.WatchRequest{Key: "order:42"}) {

@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -49,6 +53,9 @@ type Tokens struct {
 	path string
 	log  *slog.Logger
 	set  atomic.Pointer[[]token]
+
+	mu       sync.Mutex
+	onReload []func() // run after each successful Reload, with the new set in force
 }
 
 // LoadTokens reads a tokens file: one `name token` pair per line, separated by spaces or
@@ -74,7 +81,31 @@ func (t *Tokens) Reload() error {
 		return err
 	}
 	t.set.Store(&set)
+	t.mu.Lock()
+	fns := slices.Clone(t.onReload)
+	t.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
 	return nil
+}
+
+// afterReload registers fn to run after every successful Reload: the server cuts the streams
+// of the tokens the reload removed.
+func (t *Tokens) afterReload(fn func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onReload = append(t.onReload, fn)
+}
+
+// has says whether the token with digest sum is in force.
+func (t *Tokens) has(sum [sha256.Size]byte) bool {
+	for _, tk := range *t.set.Load() {
+		if subtle.ConstantTimeCompare(sum[:], tk.sum[:]) == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // Len is how many tokens are in force.
@@ -83,14 +114,20 @@ func (t *Tokens) Len() int { return len(*t.set.Load()) }
 // Lookup returns the name of presented, or false. It compares against every token in
 // constant time, so the time taken tells nothing about which token came close.
 func (t *Tokens) Lookup(presented string) (string, bool) {
+	tk, ok := t.lookup(presented)
+	return tk.name, ok
+}
+
+func (t *Tokens) lookup(presented string) (token, bool) {
 	sum := sha256.Sum256([]byte(presented))
-	name, found := "", 0
+	var match token
+	found := 0
 	for _, tk := range *t.set.Load() {
 		if subtle.ConstantTimeCompare(sum[:], tk.sum[:]) == 1 {
-			name, found = tk.name, 1
+			match, found = tk, 1
 		}
 	}
-	return name, found == 1
+	return match, found == 1
 }
 
 func readTokens(path string, log *slog.Logger) ([]token, error) {
@@ -147,8 +184,14 @@ type callerKey struct{}
 // Caller is the name of the token that authenticated ctx's request, or "" when the server
 // requires none.
 func Caller(ctx context.Context) string {
-	name, _ := ctx.Value(callerKey{}).(string)
-	return name
+	tk, _ := ctx.Value(callerKey{}).(token)
+	return tk.name
+}
+
+// callerToken is the token that authenticated ctx's request, if any.
+func callerToken(ctx context.Context) (token, bool) {
+	tk, ok := ctx.Value(callerKey{}).(token)
+	return tk, ok
 }
 
 // authInterceptor refuses RPCs without a valid bearer token with unauthenticated, and puts
@@ -158,22 +201,56 @@ type authInterceptor struct {
 	log    *slog.Logger
 }
 
-// authenticate returns ctx carrying the caller's name, or the unauthenticated error.
+// authenticate returns ctx carrying the caller's token, or the unauthenticated error.
 func (a authInterceptor) authenticate(ctx context.Context, procedure, header, peer string) (context.Context, error) {
 	if Exempt(procedure) {
 		return ctx, nil
+	}
+	if _, ok := callerToken(ctx); ok {
+		return ctx, nil // authenticated by the middleware, before the body was read
 	}
 	presented, ok := bearer(header)
 	if !ok {
 		a.log.WarnContext(ctx, "unauthenticated", "procedure", procedure, "caller", "missing", "peer", peer)
 		return ctx, connect.NewError(connect.CodeUnauthenticated, ErrMissingToken)
 	}
-	name, ok := a.tokens.Lookup(presented)
+	tk, ok := a.tokens.lookup(presented)
 	if !ok {
 		a.log.WarnContext(ctx, "unauthenticated", "procedure", procedure, "caller", "unknown", "peer", peer)
 		return ctx, connect.NewError(connect.CodeUnauthenticated, ErrUnknownToken)
 	}
-	return context.WithValue(ctx, callerKey{}, name), nil
+	return context.WithValue(ctx, callerKey{}, tk), nil
+}
+
+// middleware authenticates every RPC that mux routes to one of the patterns in rpc before
+// the request's body is read: a request without a valid token costs its headers only, not
+// the decoding of a megabyte of JSON. The refusal is written in the request's protocol
+// (Connect, gRPC or gRPC-Web) with code unauthenticated, as the interceptor would, and
+// counted in m. Exempt procedures and the plain HTTP endpoints pass through.
+func (a authInterceptor) middleware(mux *http.ServeMux, rpc map[string]bool, procedures map[string]bool, m *rpcMetrics, next http.Handler) http.Handler {
+	errs := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); !rpc[pattern] || Exempt(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		ctx, err := a.authenticate(r.Context(), r.URL.Path, r.Header.Get("Authorization"), r.RemoteAddr)
+		if err == nil {
+			next.ServeHTTP(w, r.WithContext(ctx))
+			return
+		}
+		label := r.URL.Path
+		if !procedures[label] {
+			label = "other" // a made-up path must not grow the metric's label set
+		}
+		m.observe(label, start, err)
+		if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
+			// The body is left unread: the connection cannot carry another request.
+			w.Header().Set("Connection", "close")
+		}
+		errs.Write(w, r, err) //nolint:errcheck // the client went away; nothing to do
+	})
 }
 
 // bearer is the token of an Authorization header value "Bearer <token>": the scheme in any

@@ -26,13 +26,15 @@ const (
 	sleepProc     = demoPath + "Sleep"
 	failProc      = demoPath + "Fail"
 	streamProc    = demoPath + "Stream"
+	holdProc      = demoPath + "Hold"
 	streamPeriod  = 200 * time.Millisecond
 	streamReplies = 3
 )
 
 // edgeServer serves a demo service through the real bootstrap: Unary answers at once, Sleep
 // after sleep, Fail with internal (so that the log shows the request's line), Stream sends
-// streamReplies messages streamPeriod apart. It returns the server's address and the logs.
+// streamReplies messages streamPeriod apart, Hold one message and then nothing until the
+// call ends. It returns the server's address and the logs.
 func edgeServer(t *testing.T, cfg server.Config, sleep time.Duration) (srv *server.Server, addr string, stop func() error, logs *lockedBuffer) {
 	t.Helper()
 	logs = new(lockedBuffer)
@@ -70,6 +72,14 @@ func edgeServer(t *testing.T, cfg server.Config, sleep time.Duration) (srv *serv
 				}
 			}
 			return nil
+		}, opts...))
+	mux.Handle(holdProc, connect.NewServerStreamHandler(holdProc,
+		func(ctx context.Context, _ *connect.Request[emptypb.Empty], s *connect.ServerStream[emptypb.Empty]) error {
+			if err := s.Send(&emptypb.Empty{}); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return ctx.Err()
 		}, opts...))
 	srv.Handle(demoPath, mux)
 	addr, stop = serveOn(t, srv)

@@ -76,14 +76,73 @@ func Duration(field string, d *durationpb.Duration, def time.Duration) (time.Dur
 }
 
 // DurationIn converts the optional Duration in field (unset gives def) and checks that it
-// lies in [lo, hi].
+// lies in [lo, hi]. Out of range, the error says what the request said, in the protobuf
+// JSON form ("315576000000s", not the 292 years a time.Duration saturates at), with a
+// reading of it, and the range: `ttl: 315576000000s (about 10000 years) is outside the
+// allowed range, 100ms to 24h`.
 func DurationIn(field string, d *durationpb.Duration, def, lo, hi time.Duration) (time.Duration, error) {
 	v, err := Duration(field, d, def)
 	if err != nil {
 		return 0, err
 	}
 	if v < lo || v > hi {
-		return 0, InvalidField(field, "%v is outside [%v, %v]", v, lo, hi)
+		return 0, InvalidField(field, "%s is outside the allowed range, %s to %s", requested(d, v), HumanDuration(lo), HumanDuration(hi))
 	}
 	return v, nil
+}
+
+// requested is a Duration as the request gave it (d, or the default v when unset): its
+// protobuf JSON form, and in parentheses a reading of it when that form is not plain.
+func requested(d *durationpb.Duration, v time.Duration) string {
+	if d == nil {
+		return HumanDuration(v) + " (the default)"
+	}
+	secs, nanos := d.GetSeconds(), d.GetNanos()
+	sign := ""
+	if secs < 0 || nanos < 0 {
+		sign, secs, nanos = "-", -secs, -nanos // CheckValid: both have the same sign
+	}
+	form := sign + strconv.FormatInt(secs, 10)
+	if nanos != 0 {
+		form += strings.TrimRight(fmt.Sprintf(".%09d", nanos), "0")
+	}
+	form += "s"
+	const year = 31_557_600 // 365.25 days
+	switch {
+	case secs >= 100*year:
+		return fmt.Sprintf("%s (about %d years)", form, secs/year)
+	case secs >= 60:
+		return fmt.Sprintf("%s (%s%s)", form, sign, HumanDuration(time.Duration(secs)*time.Second+time.Duration(nanos)))
+	}
+	return form
+}
+
+// HumanDuration writes d exactly in the units a person reads, skipping the zero ones:
+// 100ms, 1.5s, 30s, 10m, 1h30m, 24h, 24h1s, 3d12h (days from 48 hours on).
+func HumanDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + HumanDuration(-d)
+	case d == 0:
+		return "0s"
+	case d < time.Second:
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64) + "ms"
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		size time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}} {
+		if u.name == "d" && d < 48*time.Hour {
+			continue
+		}
+		if n := d / u.size; n > 0 {
+			b.WriteString(strconv.FormatInt(int64(n), 10) + u.name)
+			d -= n * u.size
+		}
+	}
+	if d > 0 {
+		b.WriteString(strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s")
+	}
+	return b.String()
 }

@@ -1,9 +1,14 @@
 package server_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/server"
 )
@@ -37,5 +42,50 @@ func TestQuote(t *testing.T) {
 				t.Fatalf("Quote = %q: invalid UTF-8 or longer than %d bytes", got, server.MaxQuoteBytes+30)
 			}
 		})
+	}
+}
+
+// TestDurationInMessage: an out-of-range duration's error says what the request said (not
+// the 2562047h47m16.85s a time.Duration saturates at) and the allowed range in plain units.
+func TestDurationInMessage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   *durationpb.Duration
+		want string
+	}{
+		{"absurd", &durationpb.Duration{Seconds: 315576000000}, "ttl: 315576000000s (about 10000 years) is outside the allowed range, 100ms to 24h"},
+		{"100 days", &durationpb.Duration{Seconds: 8640000}, "ttl: 8640000s (100d) is outside the allowed range, 100ms to 24h"},
+		{"a day and a second", &durationpb.Duration{Seconds: 86401}, "ttl: 86401s (24h1s) is outside the allowed range, 100ms to 24h"},
+		{"too short", &durationpb.Duration{Nanos: 50_000_000}, "ttl: 0.05s is outside the allowed range, 100ms to 24h"},
+		{"negative", &durationpb.Duration{Seconds: -3, Nanos: -500_000_000}, "ttl: -3.5s is outside the allowed range, 100ms to 24h"},
+		{"absurdly negative", &durationpb.Duration{Seconds: -315576000000}, "ttl: -315576000000s (about 10000 years) is outside the allowed range, 100ms to 24h"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := server.DurationIn("ttl", tt.in, 30*time.Second, 100*time.Millisecond, 24*time.Hour)
+			var ce *connect.Error
+			if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
+				t.Fatalf("err = %v, want invalid_argument", err)
+			}
+			if ce.Message() != tt.want {
+				t.Fatalf("message = %q, want %q", ce.Message(), tt.want)
+			}
+		})
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		100 * time.Millisecond: "100ms", 1500 * time.Millisecond: "1.5s", 30 * time.Second: "30s",
+		10 * time.Minute: "10m", 90 * time.Minute: "1h30m", 24 * time.Hour: "24h", time.Hour: "1h",
+		84 * time.Hour: "3d12h", 0: "0s", 1500 * time.Microsecond: "1.5ms", 86401 * time.Second: "24h1s",
+		-2 * time.Second: "-2s",
+	} {
+		if got := server.HumanDuration(d); got != want {
+			t.Errorf("HumanDuration(%v) = %q, want %q", d, got, want)
+		}
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // Config holds the server settings. The zero value of every field means its default.
@@ -60,6 +62,13 @@ type Config struct {
 	// saves (it halved batch ID throughput in `coord bench id`, and was a quarter of the lock
 	// service's CPU at tens of bytes per message).
 	CompressMinBytes int
+	// MaxStreams caps the server streams (Watch) open at once on the instance; past it a
+	// new one is refused with resource_exhausted. Default DefaultMaxStreams; negative means
+	// no cap.
+	MaxStreams int
+	// MaxStreamsPerToken caps the streams one bearer token holds at once (with Tokens set);
+	// default DefaultMaxStreamsPerToken; negative means no cap.
+	MaxStreamsPerToken int
 }
 
 func (c Config) withDefaults() Config {
@@ -87,6 +96,12 @@ func (c Config) withDefaults() Config {
 	if c.HealthCacheTTL == 0 {
 		c.HealthCacheTTL = time.Second
 	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.MaxStreamsPerToken == 0 {
+		c.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
 	return c
 }
 
@@ -102,6 +117,7 @@ type Server struct {
 	registry *prometheus.Registry
 	rpc      *rpcMetrics
 	bodies   *bodyLimits
+	streams  *streamGate
 
 	mu       sync.Mutex
 	mounts   []Mount
@@ -122,6 +138,7 @@ func New(cfg Config) *Server {
 		registry: reg,
 		rpc:      newRPCMetrics(reg),
 		bodies:   &bodyLimits{maxBytes: int64(cfg.MaxRequestBytes) + bodySlack, timeout: cfg.BodyTimeout},
+		streams:  newStreamGate(cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.Tokens, reg),
 	}
 }
 
@@ -133,16 +150,19 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
 // HandlerOptions returns the options every service handler must be built with:
 // authentication when Config.Tokens is set, metrics and logging interceptors (which see every
-// error as the Connect error the client gets), panic recovery, the request size limit and a
-// gzip that stops inflating at that limit.
+// error as the Connect error the client gets), the stream limits, panic recovery, the request
+// size limit and a gzip that stops inflating at that limit.
 func (s *Server) HandlerOptions() []connect.HandlerOption {
 	interceptors := []connect.Interceptor{s.rpc}
 	if s.cfg.Tokens != nil {
 		// After the metrics, so refused calls are counted (unauthenticated); before the rest,
-		// so the caller's name is in the context they log with.
-		interceptors = append(interceptors, authInterceptor{tokens: s.cfg.Tokens, log: s.cfg.Logger})
+		// so the caller's name is in the context they log with. Handler's middleware has
+		// refused unauthenticated requests before their bodies were read; this catches
+		// handlers served another way.
+		interceptors = append(interceptors, s.auth())
 	}
-	interceptors = append(interceptors, logInterceptor{log: s.cfg.Logger}, edgeErrors{})
+	// The stream gate after the log, so its refusals and revocations are logged.
+	interceptors = append(interceptors, logInterceptor{log: s.cfg.Logger}, s.streams, edgeErrors{})
 	return []connect.HandlerOption{
 		connect.WithInterceptors(interceptors...),
 		edgeCodecs(), // JSON decode errors name the field (jsoncodec.go); needs edgeErrors
@@ -154,6 +174,28 @@ func (s *Server) HandlerOptions() []connect.HandlerOption {
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
 	}
+}
+
+func (s *Server) auth() authInterceptor {
+	return authInterceptor{tokens: s.cfg.Tokens, log: s.cfg.Logger}
+}
+
+// procedures lists the RPC procedures of the named services, as far as their descriptors
+// are linked into the binary: the metric labels of requests refused before routing.
+func procedures(services []string) map[string]bool {
+	procs := map[string]bool{}
+	for _, name := range services {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+		if err != nil {
+			continue
+		}
+		if sd, ok := d.(protoreflect.ServiceDescriptor); ok {
+			for i := range sd.Methods().Len() {
+				procs["/"+name+"/"+string(sd.Methods().Get(i).Name())] = true
+			}
+		}
+	}
+	return procs
 }
 
 func (s *Server) compressMinBytes() int {
@@ -202,14 +244,30 @@ func (s *Server) Handler() http.Handler {
 		}
 		h := newHealth(s.cfg.HealthCacheTTL, s.mounts)
 		opts := s.HandlerOptions()
-		s.mux.Handle(grpchealth.NewHandler(h, opts...))
+		rpc := map[string]bool{}
+		for _, m := range s.mounts {
+			rpc[m.Path] = true
+		}
+		handleRPC := func(path string, h http.Handler) {
+			s.mux.Handle(path, h)
+			rpc[path] = true
+		}
+		handleRPC(grpchealth.NewHandler(h, opts...))
 		reflector := grpcreflect.NewStaticReflector(names...)
-		s.mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
-		s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
+		handleRPC(grpcreflect.NewHandlerV1(reflector, opts...))
+		handleRPC(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 		s.mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 		s.mux.HandleFunc("GET /healthz", healthz)
 		s.mux.HandleFunc("GET /readyz", h.readyz)
-		s.handler = s.bodies.wrap(s.mux)
+		s.handler = s.bodies.wrap(withStreamCut(s.mux))
+		if s.cfg.Tokens != nil {
+			// Outermost: a request without a valid token is refused on its headers.
+			procs := procedures(names)
+			for _, name := range []string{grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName} {
+				procs["/"+name+"/ServerReflectionInfo"] = true // its one method
+			}
+			s.handler = s.auth().middleware(s.mux, rpc, procs, s.rpc, s.handler)
+		}
 	}
 	return s.handler
 }

@@ -61,16 +61,33 @@ func (t *TLS) Reload() error {
 // MutualTLS says whether clients must present a certificate.
 func (t *TLS) MutualTLS() bool { return t.clientCAFile != "" }
 
-// Config is the tls.Config to serve with: TLS 1.2 at least, HTTP/2 and HTTP/1.1 offered
-// by ALPN, and each handshake taking the files loaded last.
+// CipherSuites are the TLS 1.2 suites served: ECDHE key exchange (forward secrecy) with an
+// AEAD cipher (AES-GCM or ChaCha20-Poly1305), as Mozilla's "intermediate" profile. The CBC
+// suites Go would otherwise offer (ECDHE-RSA-AES128-SHA and kin) use MAC-then-encrypt, the
+// construction of Lucky13 and POODLE-style padding oracles, and are refused. TLS 1.3's
+// suites are all AEAD and not configurable.
+var CipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// Config is the tls.Config to serve with: TLS 1.2 at least, with AEAD suites only (see
+// CipherSuites), HTTP/2 and HTTP/1.1 offered by ALPN, and each handshake taking the files
+// loaded last.
 func (t *TLS) Config() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"h2", "http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: CipherSuites,
+		NextProtos:   []string{"h2", "http/1.1"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			st := t.state.Load()
 			c := &tls.Config{
 				MinVersion:   tls.VersionTLS12,
+				CipherSuites: CipherSuites,
 				NextProtos:   []string{"h2", "http/1.1"},
 				Certificates: []tls.Certificate{*st.cert},
 			}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -174,5 +175,53 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTLSRefusesCBCSuites: a TLS 1.2 client offering only CBC suites (ECDHE-RSA-AES128-SHA,
+// ECDHE-ECDSA-AES128-SHA and the rest of Go's CBC list) is refused at the handshake; one
+// offering an AEAD suite is served.
+func TestTLSRefusesCBCSuites(t *testing.T) {
+	t.Parallel()
+	certs := testenv.NewTLSCerts(t)
+	tlsFiles, err := server.LoadTLS(certs.CertFile, certs.KeyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr, _, _ := edgeServer(t, server.Config{TLS: tlsFiles}, 0)
+	var cbc []uint16
+	for _, s := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
+		if strings.Contains(s.Name, "_CBC_") && slices.Contains(s.SupportedVersions, tls.VersionTLS12) {
+			cbc = append(cbc, s.ID)
+		}
+	}
+	if !slices.Contains(cbc, tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA) || !slices.Contains(cbc, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA) {
+		t.Fatalf("the CBC list lacks ECDHE-RSA-AES128-SHA or ECDHE-ECDSA-AES128-SHA: %v", cbc)
+	}
+	dial := func(suites []uint16) (*tls.ConnectionState, error) {
+		cfg := certs.ClientConfig()
+		cfg.MaxVersion, cfg.CipherSuites = tls.VersionTLS12, suites
+		c, err := tls.Dial("tcp", addr, cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		st := c.ConnectionState()
+		return &st, nil
+	}
+	if st, err := dial(cbc); err == nil {
+		t.Fatalf("a TLS 1.2 client offering only CBC suites was served with %s", tls.CipherSuiteName(st.CipherSuite))
+	}
+	for _, id := range []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA} {
+		if st, err := dial([]uint16{id}); err == nil {
+			t.Fatalf("a client offering only %s was served with %s", tls.CipherSuiteName(id), tls.CipherSuiteName(st.CipherSuite))
+		}
+	}
+	st, err := dial([]uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256})
+	if err != nil {
+		t.Fatalf("a TLS 1.2 client offering ECDHE-ECDSA-AES128-GCM-SHA256: %v", err)
+	}
+	if st.Version != tls.VersionTLS12 || !slices.Contains(server.CipherSuites, st.CipherSuite) {
+		t.Fatalf("served TLS %x with %s, want TLS 1.2 with an AEAD suite", st.Version, tls.CipherSuiteName(st.CipherSuite))
 	}
 }

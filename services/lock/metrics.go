@@ -18,6 +18,8 @@ type metrics struct {
 	// freed lock.
 	waiterAttempts *prometheus.CounterVec
 	wakeups        *prometheus.CounterVec
+	// watchLagged counts Watch streams ended because they fell a full queue behind.
+	watchLagged *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,7 +60,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Waiters woken to try again, by cause: event (a release or expiry on NATS), local (a release by this instance), " +
 				"expiry (the holder's lease ran out), recheck (the periodic check of the first waiter).",
 		}, []string{"backend", "cause"}),
+		watchLagged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordkit_lock_watch_lagged_total",
+			Help: "Watch streams ended with resource_exhausted because they fell a full queue of events behind.",
+		}, []string{"backend"}),
 	}
-	server.Register(reg, m.acquires, m.contention, m.waited, m.retries, m.waitAttempts, m.releases, m.waiterAttempts, m.wakeups)
+	server.Register(reg, m.acquires, m.contention, m.waited, m.retries, m.waitAttempts, m.releases, m.waiterAttempts, m.wakeups, m.watchLagged)
 	return m
 }

@@ -43,6 +43,11 @@ type Config struct {
 	// while Release, Renew, Inspect and every first attempt go straight to the backend, so
 	// a crowd of waiters cannot starve the holders they wait for.
 	WaitAttempts int
+	// LaggedWatchGrace is how long a Watch stream that fell behind, and is stuck sending to
+	// a client that stopped reading, has to take what was sent before it is cut (see
+	// server.CutStream), so a client that never reads again frees its goroutine and stream
+	// slot; default DefaultLaggedWatchGrace.
+	LaggedWatchGrace time.Duration
 	// Registerer receives the lock metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
 	// Logger logs lock events worth an operator's attention; default slog.Default().
@@ -58,6 +63,8 @@ type Service struct {
 	entryTTL time.Duration
 	waiters  *waiters
 	watches  *watches
+	hub      *watchHub
+	lagGrace time.Duration // Config.LaggedWatchGrace
 	expiries *expiryTracker
 	push     *pushState
 	unsubs   []func() error
@@ -86,6 +93,10 @@ func NewService(cfg Config) (*Service, error) {
 	s := &Service{
 		backends: cfg.Backends, def: def, bus: cfg.Events, recheck: cfg.Recheck,
 		waiters: newWaiters(), watches: newWatches(), expiries: newExpiryTracker(), push: newPushState(), metrics: newMetrics(cfg.Registerer), log: cfg.Logger,
+	}
+	s.hub = newWatchHub(s)
+	if s.lagGrace = cfg.LaggedWatchGrace; s.lagGrace <= 0 {
+		s.lagGrace = DefaultLaggedWatchGrace
 	}
 	if s.recheck == 0 {
 		s.recheck = DefaultRecheck

@@ -65,7 +65,7 @@ type LockServiceClient interface {
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
 	// Watch streams a lock's events as this instance receives them from NATS: for one key the
 	// first message is its current state, then one message per event; for a prefix, the
-	// events of every key starting with it. A watcher that falls behind (256 events unread)
+	// events of every key starting with it. A watcher that falls behind (1024 events unread)
 	// has its stream ended with resource_exhausted, so it never slows publishers or other
 	// watchers; events are hints (NATS delivers at most once), the state is in Inspect. An
 	// instance without events answers failed_precondition.
@@ -206,7 +206,7 @@ type LockServiceHandler interface {
 	Inspect(context.Context, *v1.InspectRequest) (*v1.InspectResponse, error)
 	// Watch streams a lock's events as this instance receives them from NATS: for one key the
 	// first message is its current state, then one message per event; for a prefix, the
-	// events of every key starting with it. A watcher that falls behind (256 events unread)
+	// events of every key starting with it. A watcher that falls behind (1024 events unread)
 	// has its stream ended with resource_exhausted, so it never slows publishers or other
 	// watchers; events are hints (NATS delivers at most once), the state is in Inspect. An
 	// instance without events answers failed_precondition.
