@@ -1,15 +1,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -53,54 +49,8 @@ func TestPausedWorkerLearnsFirst(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	const ttl = time.Second
 
-	cmd := exec.Command(helperBinary(t, "pauseworker"), "-server", in.URL(), "-backends", strings.Join(backends, ","),
+	proc := startPaused(t, "pauseworker", "-server", in.URL(), "-backends", strings.Join(backends, ","),
 		"-prefix", prefix, "-n", fmt.Sprint(pausedTasks), "-ttl", ttl.String(), "-skew", pausedClockSkew.String())
-	stderr := &testenv.LogBuffer{}
-	cmd.Stderr = stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		io.Copy(io.Discard, stdout) //nolint:errcheck // drain
-	}()
-	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // it may have exited
-		syscall.Kill(pid, syscall.SIGCONT) //nolint:errcheck
-		select {
-		case <-exited:
-		default:
-			cmd.Wait() //nolint:errcheck // killed
-		}
-		if t.Failed() {
-			t.Logf("pauseworker stderr:\n%s", stderr.String())
-		}
-	})
-	next := func(what string) []byte {
-		t.Helper()
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("pauseworker exited before reporting %s", what)
-			}
-			return []byte(l)
-		case <-time.After(60 * time.Second):
-			t.Fatalf("pauseworker did not report %s within 60s", what)
-		}
-		return nil
-	}
 
 	// The tasks, put one at a time over a third of the ttl in each pool.
 	tasks := in.Client().Tasks()
@@ -126,14 +76,10 @@ func TestPausedWorkerLearnsFirst(t *testing.T) {
 		t.FailNow()
 	}
 	var held struct{ Held []pausedWorkerLease }
-	if err := json.Unmarshal(next("its leases"), &held); err != nil || len(held.Held) != 2*pausedTasks*len(backends) {
+	if err := json.Unmarshal(proc.next("its leases"), &held); err != nil || len(held.Held) != 2*pausedTasks*len(backends) {
 		t.Fatalf("pauseworker's leases: %v, %d of %d", err, len(held.Held), 2*pausedTasks*len(backends))
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stoppedAt := time.Now()
-	pollUntil(t, 10*time.Second, "pauseworker stopped", func() bool { return processState(pid) == 'T' })
+	stoppedAt := proc.stop()
 
 	// A rival picks every task again: each is its own the moment the worker's lease runs out.
 	tokens := make(map[string]uint64, len(held.Held))
@@ -175,15 +121,13 @@ func TestPausedWorkerLearnsFirst(t *testing.T) {
 		t.FailNow()
 	}
 	t.Logf("the rival held every task %v after SIGSTOP", time.Since(stoppedAt).Round(time.Millisecond))
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	proc.cont()
 
 	var got struct {
 		Checks []pausedWorkerLease
 		Pause  string
 	}
-	if err := json.Unmarshal(next("its checks"), &got); err != nil {
+	if err := json.Unmarshal(proc.next("its checks"), &got); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the worker's clock jumped %s across the pause", got.Pause)
@@ -215,13 +159,7 @@ func TestPausedWorkerLearnsFirst(t *testing.T) {
 		}
 	}
 	t.Logf("learned first on its first check, per backend: %v", learned)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("pauseworker: %v (it acks no lost task)", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Error("pauseworker did not exit within 30s of its checks")
+	if err := proc.wait(30 * time.Second); err != nil {
+		t.Errorf("pauseworker: %v (it acks no lost task)", err)
 	}
 }

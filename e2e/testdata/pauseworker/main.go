@@ -18,13 +18,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +30,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/coordkit/coordkit/e2e/testdata/pausing"
 	"github.com/coordkit/coordkit/libs/client"
 	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 )
@@ -129,21 +127,7 @@ func main() {
 		}
 		return 1
 	})
-	// Spin from before the report on: the test stops the process only once it has read the
-	// report, so the stop always falls inside the clock readings below.
-	runtime.GOMAXPROCS(1)
-	last := time.Now()
-	emit(map[string]any{"held": leases})
-	for spinning := last; ; {
-		now := time.Now()
-		if now.Sub(last) > *gap {
-			break
-		}
-		if now.Sub(spinning) > time.Minute { // the test is gone: do not spin on a core for ever
-			log.Fatal("no pause within a minute of the report")
-		}
-		last = now
-	}
+	last := pausing.AwaitPause(map[string]any{"held": leases}, *gap)
 	// The first checks, before anything else runs.
 	for i, ls := range leases {
 		switch i % 3 {
@@ -162,8 +146,7 @@ func main() {
 			ls.FirstLost = ls.t.Err() != nil
 		}
 	}
-	resumed := time.Since(last)
-	runtime.GOMAXPROCS(runtime.NumCPU())
+	resumed := pausing.Resumed(last)
 	for _, ls := range leases {
 		if err := ls.ctx.Err(); err != nil {
 			ls.CtxErr = err.Error()
@@ -178,7 +161,7 @@ func main() {
 			ls.LeaseLost = errors.Is(err, client.ErrLeaseLost) && errors.Is(context.Cause(ls.ctx), client.ErrLeaseLost)
 		}
 	}
-	emit(map[string]any{"checks": leases, "pause": resumed.String()})
+	pausing.Emit(map[string]any{"checks": leases, "pause": resumed.String()})
 	close(release)
 	stop()
 	mu.Unlock()
@@ -188,14 +171,6 @@ func main() {
 			log.Fatalf("%s: %d lost tasks acked", pool, acked)
 		}
 	}
-}
-
-func emit(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		log.Fatal(err)
-	}
-	os.Stdout.Write(append(b, '\n')) //nolint:errcheck // the test reads it or fails
 }
 
 // skewed is a client interceptor that moves every expires_at the worker is told by skew.
