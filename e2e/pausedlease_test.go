@@ -61,59 +61,14 @@ func TestPausedHolderLearnsFirst(t *testing.T) {
 		"--zk-addrs", strings.Join(testenv.ZooKeeperAddrs(), ","))
 	prefix := testenv.Prefix(t)
 
-	cmd := exec.Command(helperBinary(t, "pauseholder"), "-server", in.URL(), "-backends", strings.Join(backends, ","),
+	proc := startPaused(t, "pauseholder", "-server", in.URL(), "-backends", strings.Join(backends, ","),
 		"-prefix", prefix, "-n", fmt.Sprint(pausedLeases), "-ttl", pausedLeaseTTL.String(), "-skew", pausedClockSkew.String())
-	stderr := &testenv.LogBuffer{}
-	cmd.Stderr = stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		io.Copy(io.Discard, stdout) //nolint:errcheck // drain
-	}()
-	t.Cleanup(func() {
-		syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // it may have exited
-		syscall.Kill(pid, syscall.SIGCONT) //nolint:errcheck
-		cmd.Wait()                         //nolint:errcheck // killed
-		if t.Failed() {
-			t.Logf("pauseholder stderr:\n%s", stderr.String())
-		}
-	})
-	next := func(what string) []byte {
-		t.Helper()
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("pauseholder exited before reporting %s", what)
-			}
-			return []byte(l)
-		case <-time.After(60 * time.Second):
-			t.Fatalf("pauseholder did not report %s within 60s", what)
-		}
-		return nil
-	}
 
 	var held struct{ Held []pausedLease }
-	if err := json.Unmarshal(next("its leases"), &held); err != nil || len(held.Held) != 2*pausedLeases*len(backends) {
+	if err := json.Unmarshal(proc.next("its leases"), &held); err != nil || len(held.Held) != 2*pausedLeases*len(backends) {
 		t.Fatalf("pauseholder's leases: %v, %d of %d", err, len(held.Held), 2*pausedLeases*len(backends))
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stoppedAt := time.Now()
-	pollUntil(t, 10*time.Second, "pauseholder stopped", func() bool { return processState(pid) == 'T' })
+	stoppedAt := proc.stop()
 
 	// A rival takes every lock: each is its own the moment the holder's lease runs out.
 	rival := in.Client()
@@ -140,15 +95,13 @@ func TestPausedHolderLearnsFirst(t *testing.T) {
 		t.FailNow()
 	}
 	t.Logf("the rival held every lock %v after SIGSTOP", time.Since(stoppedAt).Round(time.Millisecond))
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	proc.cont()
 
 	var got struct {
 		Checks []pausedLease
 		Pause  string
 	}
-	if err := json.Unmarshal(next("its checks"), &got); err != nil {
+	if err := json.Unmarshal(proc.next("its checks"), &got); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the holder's clock jumped %s across the pause", got.Pause)
@@ -179,6 +132,94 @@ func TestPausedHolderLearnsFirst(t *testing.T) {
 		}
 	}
 	t.Logf("learned first on its first check, per backend: %v", learned)
+}
+
+// pausedProc is a helper process of the paused-process scenarios (e2e/testdata/pauseholder,
+// pauseworker), which reports its state in JSON lines on stdout.
+type pausedProc struct {
+	t      *testing.T
+	name   string
+	pid    int
+	lines  chan string
+	exited chan error
+}
+
+// startPaused starts e2e/testdata/<name> with args; it is killed when the test ends.
+func startPaused(t *testing.T, name string, args ...string) *pausedProc {
+	t.Helper()
+	cmd := exec.Command(helperBinary(t, name), args...)
+	stderr := &testenv.LogBuffer{}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &pausedProc{t: t, name: name, pid: cmd.Process.Pid, lines: make(chan string), exited: make(chan error, 1)}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		io.Copy(io.Discard, stdout) //nolint:errcheck // drain
+		p.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		syscall.Kill(p.pid, syscall.SIGKILL) //nolint:errcheck // it may have exited
+		syscall.Kill(p.pid, syscall.SIGCONT) //nolint:errcheck
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", name, stderr.String())
+		}
+	})
+	return p
+}
+
+// next is the process's next report, what it should be.
+func (p *pausedProc) next(what string) []byte {
+	p.t.Helper()
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			p.t.Fatalf("%s exited before reporting %s", p.name, what)
+		}
+		return []byte(l)
+	case <-time.After(60 * time.Second):
+		p.t.Fatalf("%s did not report %s within 60s", p.name, what)
+	}
+	return nil
+}
+
+// stop freezes the process with SIGSTOP and returns when it was sent, once it took effect.
+func (p *pausedProc) stop() time.Time {
+	p.t.Helper()
+	if err := syscall.Kill(p.pid, syscall.SIGSTOP); err != nil {
+		p.t.Fatal(err)
+	}
+	at := time.Now()
+	pollUntil(p.t, 10*time.Second, p.name+" stopped", func() bool { return processState(p.pid) == 'T' })
+	return at
+}
+
+// cont resumes the process with SIGCONT.
+func (p *pausedProc) cont() {
+	p.t.Helper()
+	if err := syscall.Kill(p.pid, syscall.SIGCONT); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// wait is the process's exit error once it has exited, within timeout.
+func (p *pausedProc) wait(timeout time.Duration) error {
+	select {
+	case err := <-p.exited:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("%s did not exit within %v", p.name, timeout)
+	}
 }
 
 // processState is the state letter of /proc/pid/stat (T: stopped), or 0.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -128,7 +127,7 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait ti
 	if !res.GetAcquired() {
 		return nil, ErrNotAcquired
 	}
-	return c.newLock(res.GetLease(), o.ttl, sent, wait > 0), nil
+	return c.newLock(res.GetLease(), o.ttl, sent, wait), nil
 }
 
 // Lock is a held lease. A watchdog renews it every third of the lease until Unlock, and
@@ -163,68 +162,29 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions, wait ti
 // WithTimeout) are canceled by the timer and the checks of the Lock's own methods; check
 // Lost, Err or Context itself right before a write that relies on the lock.
 type Lock struct {
-	c      *Client
-	lease  *lockv1.Lease
-	ttl    time.Duration
-	margin time.Duration
-	// base is when the first acquire was sent, on both of this process's clocks; deadline is
-	// how long after base the watchdog vouches for the lease (see overdue).
-	base     time.Time
-	deadline atomic.Int64
-	// ended is set once the loss or the unlock has fully taken effect (Err set, ctx
-	// canceled, lost closed): a check may then skip the clock.
-	ended atomic.Bool
-
-	ctx    context.Context // the lease's context, canceled by a loss or Unlock
-	lctx   leaseContext    // ctx with a deadline check on each call, what Context returns
-	cancel context.CancelCauseFunc
-	lost   chan struct{}
-	// dog ends the watchdog: canceled by Unlock, and with ctx by a loss.
+	c     *Client
+	lease *lockv1.Lease
+	ttl   time.Duration
+	// lc vouches for the lease on this process's clocks: deadline, checks, loss.
+	lc *leaseClock
+	// dog ends the watchdog: canceled by Unlock, and with the lease's context by a loss.
 	dog     context.Context
 	stopDog context.CancelFunc
 	done    chan struct{}
 
 	mu        sync.Mutex
 	expiresAt time.Time // the service's last report, for ExpiresAt
-	end       time.Time // the lease's end on the local clocks: deadline + margin
-	// expiry fires at the deadline, and sets itself again for the later deadline when
-	// renewals have moved it meanwhile.
-	expiry   *time.Timer
-	lastErr  error // the last failed renewal since the last confirmed one
-	err      error
-	unlocked bool
 }
 
-// leaseEnd is when lease ends on this process's clocks, for a request sent at sent and
-// answered at received (both read from time.Now, so they carry the monotonic clock): sent
-// plus the service's expires_after. A service that does not report expires_after leaves
-// expires_at, read against the local wall clock at received, capped for a request that did
-// not wait by sent plus the ttl asked for.
-func leaseEnd(lease *lockv1.Lease, ttl time.Duration, sent, received time.Time, waited bool) time.Time {
-	if d := lease.GetExpiresAfter(); d != nil {
-		return sent.Add(max(d.AsDuration(), 0))
-	}
-	end := received.Add(lease.GetExpiresAt().AsTime().Sub(received.Round(0)))
-	if !waited && sent.Add(ttl).Before(end) {
-		end = sent.Add(ttl)
-	}
-	return end
-}
-
-func (c *Client) newLock(lease *lockv1.Lease, ttl time.Duration, sent time.Time, waited bool) *Lock {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	dog, stopDog := context.WithCancel(ctx)
+func (c *Client) newLock(lease *lockv1.Lease, ttl time.Duration, sent time.Time, wait time.Duration) *Lock {
+	end := leaseEnd(lease.GetExpiresAfter(), lease.GetExpiresAt(), ttl, sent, time.Now(), wait)
+	lc := newLeaseClock(context.Background(), fmt.Sprintf("renew %q", lease.GetKey()), safetyMargin(ttl), sent, end)
+	dog, stopDog := context.WithCancel(lc.ctx)
 	l := &Lock{
-		c: c, lease: lease, ttl: ttl, margin: safetyMargin(ttl), base: sent,
-		ctx: ctx, cancel: cancel, lost: make(chan struct{}),
+		c: c, lease: lease, ttl: ttl, lc: lc,
 		dog: dog, stopDog: stopDog, done: make(chan struct{}),
 		expiresAt: lease.GetExpiresAt().AsTime(),
 	}
-	l.lctx = leaseContext{Context: ctx, l: l}
-	l.mu.Lock() // the timer may fire at once; it must find itself set
-	l.setEndLocked(leaseEnd(lease, ttl, sent, time.Now(), waited))
-	l.expiry = time.AfterFunc(time.Until(l.deadlineLocked()), l.expire)
-	l.mu.Unlock()
 	go l.watchdog()
 	return l
 }
@@ -257,70 +217,29 @@ func (l *Lock) ExpiresAt() time.Time {
 
 // SafetyMargin is how long before the lease's end the watchdog gives up on a lease it cannot
 // confirm: ttl/10, at least 50ms and at most 1s, and never more than a quarter of the ttl.
-func (l *Lock) SafetyMargin() time.Duration { return l.margin }
+func (l *Lock) SafetyMargin() time.Duration { return l.lc.margin }
 
 // Deadline is the moment, on this process's clock, after which the watchdog no longer
 // vouches for the lease unless a renewal confirms it first: when the acquire or the last
 // confirmed renewal was sent, plus the span the service granted, minus SafetyMargin. It
 // moves with every confirmed renewal. The value carries Go's monotonic clock reading: compare
 // it with time.Now, not with times from elsewhere.
-func (l *Lock) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadlineLocked()
-}
+func (l *Lock) Deadline() time.Time { return l.lc.Deadline() }
 
 // Lost is closed the moment the lease is lost: the service said it is gone, or no renewal was
 // confirmed by Deadline(). Each call compares the deadline with the clock first, so a
 // non-blocking receive on it is a check that holds even right after the process was paused.
-func (l *Lock) Lost() <-chan struct{} {
-	l.check()
-	return l.lost
-}
+func (l *Lock) Lost() <-chan struct{} { return l.lc.Lost() }
 
 // Context is canceled when the lease is lost or the lock is unlocked; context.Cause tells
 // which. Run the guarded work under it. Its Done, Err and Value compare the lease's deadline
 // with the clock on every call, so Err and Done agree and both say lost the moment the
 // deadline has passed, even when no timer has run yet.
-func (l *Lock) Context() context.Context {
-	l.check()
-	return l.lctx
-}
+func (l *Lock) Context() context.Context { return l.lc.Context() }
 
 // Err is nil while the lease is held, or why it was lost. It compares the deadline with the
 // clock on every call.
-func (l *Lock) Err() error {
-	l.check()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-// leaseContext is the Lock's context with a deadline check before each of Done, Err and
-// Value (context.Cause reads through Value), so that whichever the guarded work asks first
-// after a pause already sees the loss.
-type leaseContext struct {
-	context.Context
-	l *Lock
-}
-
-// Done implements context.Context.
-func (c leaseContext) Done() <-chan struct{} {
-	c.l.check()
-	return c.Context.Done()
-}
-
-// Err implements context.Context.
-func (c leaseContext) Err() error {
-	c.l.check()
-	return c.Context.Err()
-}
-
-// Value implements context.Context.
-func (c leaseContext) Value(key any) any {
-	c.l.check()
-	return c.Context.Value(key)
-}
+func (l *Lock) Err() error { return l.lc.Err() }
 
 // Unlock stops the watchdog and releases one hold. A renewal in flight is abandoned and never
 // counts as a loss, whatever it answers. When the lease was already lost Unlock still
@@ -328,21 +247,15 @@ func (c leaseContext) Value(key any) any {
 // and releasing frees it for others sooner) and returns the loss error. Calling it again is a
 // no-op returning nil.
 func (l *Lock) Unlock(ctx context.Context) error {
-	l.check() // a deadline that passed before Unlock is a loss, timer or not
-	l.mu.Lock()
-	if l.unlocked {
-		l.mu.Unlock()
+	// A deadline that passed before Unlock is a loss, timer or not; from here on nothing
+	// counts as a loss, not even a racing renewal.
+	if !l.lc.stop() {
 		return nil
 	}
-	l.unlocked = true // from here on nothing counts as a loss, not even a racing renewal
-	l.expiry.Stop()
-	l.mu.Unlock()
-
 	l.stopDog()
 	<-l.done
-	lost := l.Err()
-	l.cancel(ErrUnlocked)
-	l.ended.Store(true)
+	lost := l.lc.Err()
+	l.lc.finish(ErrUnlocked)
 	_, err := l.c.locks.Release(ctx, &lockv1.ReleaseRequest{Key: l.Key(), Backend: l.Backend(), Owner: l.Owner(), FencingToken: l.FencingToken()})
 	if lost != nil {
 		return lost

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -98,10 +97,7 @@ func (l *Lock) watchdog() {
 // granted when that is shorter (a Redlock validity, a ZooKeeper lease capped by its session
 // timeout), so that the retries have two thirds of the lease, less the margin.
 func (l *Lock) renewInterval() time.Duration {
-	l.mu.Lock()
-	left := time.Until(l.end)
-	l.mu.Unlock()
-	return max(min(l.ttl, left)/3, 10*time.Millisecond)
+	return max(min(l.ttl, time.Until(l.lc.endTime()))/3, 10*time.Millisecond)
 }
 
 // renew runs one renewal round: tries, started a jittered backoff apart while none has
@@ -142,10 +138,10 @@ func (l *Lock) renew() bool {
 			case a.err == nil:
 				return l.confirm(a.res, a.sent)
 			case gone(a.err):
-				l.lose(fmt.Errorf("%w: renew %q: %w", ErrLeaseLost, l.Key(), a.err))
+				l.lc.lose(a.err)
 				return false
 			default:
-				l.failed(a.err)
+				l.lc.failed(a.err)
 			}
 		}
 	}
@@ -168,105 +164,16 @@ func (l *Lock) try(ctx context.Context, out chan<- renewal, alone bool) {
 }
 
 // confirm records a lease renewed by a try sent at sent, which moves the deadline; it
-// reports false when the lease was lost or unlocked meanwhile, which a late answer does not
-// undo. An answer that comes after the deadline passed does not revive the lease either,
-// whether or not anything noticed the deadline yet: the watchdog stopped vouching then, and
-// every check in between would have said lost.
+// reports false when the lease was lost or unlocked meanwhile, or when the answer came after
+// the deadline (see leaseClock.confirm).
 func (l *Lock) confirm(res *lockv1.RenewResponse, sent time.Time) bool {
 	now := time.Now()
+	lease := res.GetLease()
+	if !l.lc.confirm(now, leaseEnd(lease.GetExpiresAfter(), lease.GetExpiresAt(), l.ttl, sent, now, 0)) {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.unlocked || l.err != nil {
-		return false
-	}
-	if l.overdue(now) {
-		l.lapseLocked()
-		return false
-	}
-	// The granted span, even when it ends earlier than the last: it is the backend's word now.
-	l.setEndLocked(leaseEnd(res.GetLease(), l.ttl, sent, now, false))
-	l.expiresAt = res.GetLease().GetExpiresAt().AsTime()
-	l.lastErr = nil
+	l.expiresAt = lease.GetExpiresAt().AsTime()
 	return true
-}
-
-// failed remembers a failed try, for the loss error should the deadline pass.
-func (l *Lock) failed(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lastErr = err
-}
-
-// setEndLocked records the lease's end on the local clocks and the deadline check reads.
-func (l *Lock) setEndLocked(end time.Time) {
-	l.end = end
-	l.deadline.Store(int64(l.deadlineLocked().Sub(l.base)))
-}
-
-// deadlineLocked is the last moment the watchdog vouches for the lease without a renewal.
-func (l *Lock) deadlineLocked() time.Time { return l.end.Add(-l.margin) }
-
-// overdue reports whether the deadline has passed at now, by the monotonic clock or by the
-// wall clock, whichever says so first: the monotonic clock ignores wall-clock steps back,
-// and the wall clock keeps counting while a suspended machine's monotonic clock stands still.
-func (l *Lock) overdue(now time.Time) bool {
-	d := time.Duration(l.deadline.Load())
-	return now.Sub(l.base) >= d || now.Round(0).Sub(l.base.Round(0)) >= d
-}
-
-// check ends the lease when its deadline has passed: what Lost, Err and Context do on every
-// call, so that a check made before any timer ran (right after the process was paused)
-// already finds the loss. It costs a clock read while the lease is held.
-func (l *Lock) check() {
-	if l.ended.Load() || !l.overdue(time.Now()) {
-		return
-	}
-	l.expire()
-}
-
-// expire runs on the expiry timer, set for the first lease's deadline, and from check: the
-// lease is lost unless renewals have moved the deadline since, in which case the timer waits
-// for the new one.
-func (l *Lock) expire() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.unlocked || l.err != nil {
-		return
-	}
-	if !l.overdue(time.Now()) {
-		// Renewed meanwhile: wait for the new deadline.
-		l.expiry.Reset(time.Until(l.deadlineLocked()))
-		return
-	}
-	l.lapseLocked()
-}
-
-// lapseLocked loses the lease for a deadline that passed with no renewal confirmed.
-func (l *Lock) lapseLocked() {
-	last := l.lastErr
-	if last == nil {
-		last = errNoAnswer
-	}
-	l.loseLocked(fmt.Errorf("%w: renew %q: not confirmed within the granted lease, minus the %v safety margin, from sending the last confirmed request: %w",
-		ErrLeaseLost, l.Key(), l.margin, last))
-}
-
-func (l *Lock) lose(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.unlocked || l.err != nil {
-		return
-	}
-	l.loseLocked(err)
-}
-
-// loseLocked ends the lease on the client's side. Under mu, so that Unlock finds either no
-// loss or all of it: Err set, Context canceled with it, Lost closed. ended comes last, so a
-// check that skips the clock for it finds all three done.
-func (l *Lock) loseLocked(err error) {
-	l.err = err
-	l.expiry.Stop()
-	l.cancel(err) // before closing lost: whoever sees Lost closed must find the cause set
-	close(l.lost)
-	l.ended.Store(true)
 }

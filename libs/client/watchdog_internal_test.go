@@ -111,11 +111,11 @@ func silentLock(t *testing.T, ttl, span time.Duration, sent time.Time, noTimer b
 	c := &Client{locks: silentLocks{}, rawLocks: silentLocks{}}
 	lease := &lockv1.Lease{Key: "k", Owner: "o", FencingToken: 1, HoldCount: 1,
 		ExpiresAt: timestamppb.New(time.Now().Add(time.Hour)), ExpiresAfter: durationpb.New(span)}
-	l := c.newLock(lease, ttl, sent, false)
+	l := c.newLock(lease, ttl, sent, 0)
 	if noTimer {
-		l.mu.Lock()
-		l.expiry.Stop()
-		l.mu.Unlock()
+		l.lc.mu.Lock()
+		l.lc.expiry.Stop()
+		l.lc.mu.Unlock()
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -155,8 +155,8 @@ func TestFirstCheckSeesDeadline(t *testing.T) {
 			if !check(l) {
 				t.Fatalf("%s says held %v after the deadline, with no timer to notice", name, time.Since(l.Deadline()))
 			}
-			if !isClosed(l.lost) || !errors.Is(l.err, ErrLeaseLost) || !errors.Is(context.Cause(l.ctx), ErrLeaseLost) {
-				t.Fatalf("after %s said lost: Lost closed %v, Err %v, cause %v; want all lost", name, isClosed(l.lost), l.err, context.Cause(l.ctx))
+			if !isClosed(l.lc.lost) || !errors.Is(l.lc.err, ErrLeaseLost) || !errors.Is(context.Cause(l.lc.ctx), ErrLeaseLost) {
+				t.Fatalf("after %s said lost: Lost closed %v, Err %v, cause %v; want all lost", name, isClosed(l.lc.lost), l.lc.err, context.Cause(l.lc.ctx))
 			}
 		})
 	}
@@ -236,21 +236,21 @@ func TestDeadlineFromSendTime(t *testing.T) {
 	received := sent.Add(20 * time.Millisecond)
 	for _, skew := range []time.Duration{-5 * time.Second, 0, 5 * time.Second} {
 		lease := &lockv1.Lease{ExpiresAt: timestamppb.New(received.Add(ttl + skew)), ExpiresAfter: durationpb.New(ttl - time.Millisecond)}
-		if got, want := leaseEnd(lease, ttl, sent, received, false), sent.Add(ttl-time.Millisecond); !got.Equal(want) {
+		if got, want := leaseEnd(lease.GetExpiresAfter(), lease.GetExpiresAt(), ttl, sent, received, 0), sent.Add(ttl-time.Millisecond); !got.Equal(want) {
 			t.Errorf("service clock %v off: end %v after send, want %v: the span, not expires_at", skew, got.Sub(sent), want.Sub(sent))
 		}
 		// A long-polled acquire's span covers its wait.
 		lease.ExpiresAfter = durationpb.New(10*time.Second + ttl)
-		if got := leaseEnd(lease, ttl, sent, received, true).Sub(sent); got != 10*time.Second+ttl {
+		if got := leaseEnd(lease.GetExpiresAfter(), lease.GetExpiresAt(), ttl, sent, received, 10*time.Second).Sub(sent); got != 10*time.Second+ttl {
 			t.Errorf("waited acquire, service clock %v off: end %v after send, want %v", skew, got, 10*time.Second+ttl)
 		}
 	}
 	old := &lockv1.Lease{ExpiresAt: timestamppb.New(received.Add(ttl + 5*time.Second))}
-	if got := leaseEnd(old, ttl, sent, received, false).Sub(sent); got != ttl {
+	if got := leaseEnd(old.GetExpiresAfter(), old.GetExpiresAt(), ttl, sent, received, 0).Sub(sent); got != ttl {
 		t.Errorf("no span, expires_at 5s late: end %v after send, want capped at the ttl %v", got, ttl)
 	}
 	old.ExpiresAt = timestamppb.New(received.Add(time.Second))
-	if got := leaseEnd(old, ttl, sent, received, false).Sub(received).Round(time.Millisecond); got != time.Second {
+	if got := leaseEnd(old.GetExpiresAfter(), old.GetExpiresAt(), ttl, sent, received, 0).Sub(received).Round(time.Millisecond); got != time.Second {
 		t.Errorf("no span, expires_at sooner than the ttl: end %v after the answer, want 1s", got)
 	}
 

@@ -144,10 +144,17 @@ type WorkStats struct {
 // that fails on a transient error (unavailable) is retried after a jittered backoff from
 // 100ms to 5s. Each task runs in its own goroutine under a context derived from ctx, while
 // the lease is extended every third of its ttl. When the service says the lease is gone
-// (failed_precondition, not_found), or no extension is confirmed by the lease's end less a
-// safety margin (ttl/10, 50ms to 1s, as for locks), the handler's context is canceled with a
-// cause that wraps ErrLeaseLost (errors.Is(context.Cause(ctx), ErrLeaseLost)): the task may
-// be someone else's now, so the handler must stop, and Work neither acks nor nacks it.
+// (failed_precondition, not_found), or no extension is confirmed by the lease's deadline, the
+// handler's context is canceled with a cause that wraps ErrLeaseLost
+// (errors.Is(context.Cause(ctx), ErrLeaseLost)): the task may be someone else's now, so the
+// handler must stop, and Work neither acks nor nacks it. The deadline is reckoned as a Lock's
+// is, on this process's monotonic clock, never from the service's wall clock: when the Pick
+// or the last confirmed Extend was sent, plus the span the service granted (expires_after),
+// minus the safety margin (ttl/10, 50ms to 1s). The handler's context compares it with the
+// clock on every call of its Done, Err and Value (and so does Task.Err), so a handler whose
+// process was paused past the lease finds it lost on its first check after resuming, before
+// any timer ran; an Extend answered after the deadline does not revive the lease. A deadline
+// that passes after the handler returned but before Work finishes the task is a loss too.
 //
 // When the handler returns nil the task is acked; when it returns an error (or panics: the
 // panic is recovered as an error) the task is nacked with that error as the reason, to be
@@ -219,17 +226,18 @@ func (w *worker) loop(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		start := time.Now()
+		start := time.Now() // also the Pick's send time: its leases are reckoned from here
 		tasks, err := w.pick(ctx, n)
+		p := picked{sent: start, received: time.Now()}
 		if ctx.Err() != nil {
-			w.giveBack(ctx, tasks) // picked just as ctx ended
+			w.giveBack(ctx, tasks, p) // picked just as ctx ended
 			w.release(n)
 			return nil
 		}
 		if len(tasks) > n {
 			// A service that answers more than asked (a bug, or not coordkit): run no more
 			// than the slots taken, and give the rest back at once.
-			w.giveBack(ctx, tasks[n:])
+			w.giveBack(ctx, tasks[n:], p)
 			tasks = tasks[:n]
 		}
 		w.release(n - len(tasks))
@@ -244,7 +252,7 @@ func (w *worker) loop(ctx context.Context) error {
 		default:
 			backoff = pickBackoffMin
 			for _, lt := range tasks {
-				w.start(ctx, lt)
+				w.start(ctx, lt, p)
 			}
 			continue
 		}
@@ -295,9 +303,17 @@ func (w *worker) pick(ctx context.Context, n int) ([]*taskpickv1.LeasedTask, err
 	return res.GetTasks(), nil
 }
 
+// picked is when a Pick was sent and answered.
+type picked struct{ sent, received time.Time }
+
+// task converts a task leased by the Pick p.
+func (w *worker) task(lt *taskpickv1.LeasedTask, p picked) *Task {
+	return newTask(w.o.backend, w.pool, lt, w.o.ttl, w.o.pollWait, p.sent, p.received)
+}
+
 // start runs one picked task in its own goroutine, which frees the task's slot at the end.
-func (w *worker) start(ctx context.Context, lt *taskpickv1.LeasedTask) {
-	t := newTask(w.o.backend, w.pool, lt)
+func (w *worker) start(ctx context.Context, lt *taskpickv1.LeasedTask, p picked) {
+	t := w.task(lt, p)
 	w.o.stats.Picked.Add(1)
 	w.running.Add(1)
 	go func() {
@@ -310,10 +326,8 @@ func (w *worker) start(ctx context.Context, lt *taskpickv1.LeasedTask) {
 // process runs the handler under the kept lease, then acks or nacks the task unless the
 // lease was lost.
 func (w *worker) process(ctx context.Context, t *Task) {
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	keeper := keepLease(w.c, t, w.o.ttl, cancel)
-	herr := w.call(hctx, t)
+	keeper := keepLease(ctx, w.c, t, w.o.ttl)
+	herr := w.call(t.lc.Context(), t)
 	if keeper.stop() != nil {
 		w.o.stats.LeasesLost.Add(1)
 		return
@@ -360,10 +374,10 @@ func (w *worker) nack(ctx context.Context, t *Task, retry time.Duration, reason 
 }
 
 // giveBack nacks tasks without running them, to be picked again at once.
-func (w *worker) giveBack(ctx context.Context, tasks []*taskpickv1.LeasedTask) {
+func (w *worker) giveBack(ctx context.Context, tasks []*taskpickv1.LeasedTask, p picked) {
 	for _, lt := range tasks {
 		w.o.stats.Picked.Add(1)
-		t := newTask(w.o.backend, w.pool, lt)
+		t := w.task(lt, p)
 		w.nack(ctx, t, 0, "client: work stopped before the handler ran")
 	}
 }
@@ -381,7 +395,7 @@ func (w *worker) call(ctx context.Context, t *Task) (err error) {
 // finish makes one Ack or Nack, retrying transient failures until finishTimeout or the lease's
 // end. It runs even after ctx ended: the task's outcome is known and must not be lost.
 func (w *worker) finish(ctx context.Context, t *Task, call func(context.Context) error) {
-	deadline := t.ExpiresAt()
+	deadline := t.localEnd()
 	if limit := time.Now().Add(finishTimeout); limit.Before(deadline) {
 		deadline = limit
 	}

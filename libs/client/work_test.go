@@ -23,10 +23,15 @@ import (
 type fakeTasks struct {
 	taskpickv1connect.UnimplementedTaskPickServiceHandler
 
-	mu         sync.Mutex
-	queue      []*taskpickv1.LeasedTask
-	pickErr    error
-	extendErr  error
+	mu        sync.Mutex
+	queue     []*taskpickv1.LeasedTask
+	pickErr   error
+	extendErr error
+	// silentExtend makes Extend never answer, as a service cut off by the network.
+	silentExtend bool
+	// pickTaken is when the last Pick that leased tasks was taken up: their leases end ttl
+	// after it.
+	pickTaken  time.Time
 	overAnswer int // Pick hands out this many tasks more than asked, as a broken service might
 	picks      int
 	acks       []string
@@ -34,6 +39,7 @@ type fakeTasks struct {
 }
 
 func (f *fakeTasks) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskpickv1.PickResponse, error) {
+	taken := time.Now()
 	f.mu.Lock()
 	f.picks++
 	if f.pickErr != nil {
@@ -53,19 +59,30 @@ func (f *fakeTasks) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*tas
 		}
 		return &taskpickv1.PickResponse{}, nil
 	}
-	for _, t := range tasks {
-		t.ExpiresAt = timestamppb.New(time.Now().Add(req.GetTtl().AsDuration()))
+	f.mu.Lock()
+	f.pickTaken = taken
+	f.mu.Unlock()
+	for _, t := range tasks { // as the service reckons them: from when it took the call up
+		t.ExpiresAt = timestamppb.New(taken.Add(req.GetTtl().AsDuration()))
+		t.ExpiresAfter = req.GetTtl()
 	}
 	return &taskpickv1.PickResponse{Tasks: tasks}, nil
 }
 
-func (f *fakeTasks) Extend(_ context.Context, req *taskpickv1.ExtendRequest) (*taskpickv1.ExtendResponse, error) {
+func (f *fakeTasks) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*taskpickv1.ExtendResponse, error) {
+	taken := time.Now()
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.extendErr != nil {
-		return nil, f.extendErr
+	silent := f.silentExtend
+	err := f.extendErr
+	f.mu.Unlock()
+	if silent {
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
-	return &taskpickv1.ExtendResponse{ExpiresAt: timestamppb.New(time.Now().Add(req.GetTtl().AsDuration()))}, nil
+	if err != nil {
+		return nil, err
+	}
+	return &taskpickv1.ExtendResponse{ExpiresAt: timestamppb.New(taken.Add(req.GetTtl().AsDuration())), ExpiresAfter: req.GetTtl()}, nil
 }
 
 func (f *fakeTasks) Ack(_ context.Context, req *taskpickv1.AckRequest) (*taskpickv1.AckResponse, error) {
@@ -88,14 +105,14 @@ func (f *fakeTasks) snapshot() (picks int, acks []string, nacks []*taskpickv1.Na
 	return f.picks, append([]string(nil), f.acks...), append([]*taskpickv1.NackRequest(nil), f.nacks...)
 }
 
-// serveFake serves f and returns a client of it.
-func serveFake(t *testing.T, f *fakeTasks) *client.Client {
+// serveFake serves f and returns a client of it, made with opts.
+func serveFake(t *testing.T, f *fakeTasks, opts ...client.Option) *client.Client {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(taskpickv1connect.NewTaskPickServiceHandler(f))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return client.New(srv.URL)
+	return client.New(srv.URL, opts...)
 }
 
 func leased(id string, token uint64) *taskpickv1.LeasedTask {

@@ -181,6 +181,7 @@ func (s *Service) count(backend, ev string, n int) {
 
 // Pick implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskpickv1.PickResponse, error) {
+	taken := time.Now() // expires_after is measured from here, before any wait
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
 		return nil, err
@@ -214,10 +215,12 @@ func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskp
 	s.count(name, "picked", len(tasks))
 	resp := &taskpickv1.PickResponse{Tasks: make([]*taskpickv1.LeasedTask, len(tasks))}
 	expires := timestamppb.New(start.Add(ttl))
+	after := leaseSpan(start.Add(ttl), taken)
 	for i, t := range tasks {
 		resp.Tasks[i] = &taskpickv1.LeasedTask{
 			Id: t.ID, Payload: t.Payload, Priority: t.Priority, LeaseToken: t.Token,
 			Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, ExpiresAt: expires, LeaseSecret: secrets[i],
+			ExpiresAfter: after,
 		}
 	}
 	return resp, nil
@@ -264,6 +267,7 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 
 // Extend implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*taskpickv1.ExtendResponse, error) {
+	start := time.Now() // the new lease is reckoned from here, before the backend is asked
 	name, b, lease, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
 	if err != nil {
 		return nil, err
@@ -272,13 +276,21 @@ func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*t
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
 	err = b.Extend(ctx, req.GetPool(), req.GetId(), lease, ttl)
 	s.metrics.calls.WithLabelValues(name, "extend", result(err)).Inc()
 	if err != nil {
 		return nil, fail(ctx, err)
 	}
-	return &taskpickv1.ExtendResponse{ExpiresAt: timestamppb.New(start.Add(ttl))}, nil
+	return &taskpickv1.ExtendResponse{ExpiresAt: timestamppb.New(start.Add(ttl)), ExpiresAfter: leaseSpan(start.Add(ttl), start)}, nil
+}
+
+// leaseSpan is a lease's end as expires_after: the span from taken, when the service took the
+// call up, to end. The backend was asked after taken and end is a lower bound of the lease's
+// real end, so a client that adds the span to its own send time (earlier than taken) stays
+// inside the lease whatever the two wall clocks say. Both times carry monotonic readings, so
+// a step of the service's wall clock meanwhile does not skew the span.
+func leaseSpan(end, taken time.Time) *durationpb.Duration {
+	return durationpb.New(max(end.Sub(taken), 0))
 }
 
 // leaseRequest validates what Ack, Nack and Extend share and hashes the lease's secret: the

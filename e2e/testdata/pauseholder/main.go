@@ -19,13 +19,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +31,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/coordkit/coordkit/e2e/testdata/pausing"
 	"github.com/coordkit/coordkit/libs/client"
 	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
@@ -121,21 +119,7 @@ func main() {
 		}
 		return 1
 	})
-	// Spin from before the report on: the test stops the process only once it has read the
-	// report, so the stop always falls inside the clock readings below.
-	runtime.GOMAXPROCS(1)
-	last := time.Now()
-	emit(map[string]any{"held": leases})
-	for spinning := last; ; {
-		now := time.Now()
-		if now.Sub(last) > *gap {
-			break
-		}
-		if now.Sub(spinning) > time.Minute { // the test is gone: do not spin on a core for ever
-			log.Fatal("no pause within a minute of the report")
-		}
-		last = now
-	}
+	last := pausing.AwaitPause(map[string]any{"held": leases}, *gap)
 	// The first checks, before anything else runs.
 	for i, ls := range leases {
 		switch i % 3 {
@@ -154,8 +138,7 @@ func main() {
 			ls.FirstLost = ls.l.Err() != nil
 		}
 	}
-	resumed := time.Since(last)
-	runtime.GOMAXPROCS(runtime.NumCPU())
+	resumed := pausing.Resumed(last)
 	for _, ls := range leases {
 		select {
 		case <-ls.l.Lost():
@@ -176,7 +159,7 @@ func main() {
 			ls.LeaseLost = errors.Is(err, client.ErrLeaseLost)
 		}
 	}
-	emit(map[string]any{"checks": leases, "pause": resumed.String()})
+	pausing.Emit(map[string]any{"checks": leases, "pause": resumed.String()})
 	for _, ls := range leases {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		ls.l.Unlock(ctx) //nolint:errcheck // lost: the release is refused
@@ -197,14 +180,6 @@ func lockRetrying(c *client.Client, key, backend string, ttl time.Duration) (*cl
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func emit(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		log.Fatal(err)
-	}
-	os.Stdout.Write(append(b, '\n')) //nolint:errcheck // the test reads it or fails
 }
 
 // skewed is a client interceptor that moves every expires_at the holder is told by skew.

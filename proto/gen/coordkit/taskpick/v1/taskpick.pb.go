@@ -455,7 +455,15 @@ type LeasedTask struct {
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// The lease's secret: present it with lease_token to Ack, Nack and Extend. Only this answer
 	// ever carries it (the service keeps a digest); keep it as you would a password.
-	LeaseSecret   string `protobuf:"bytes,8,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	LeaseSecret string `protobuf:"bytes,8,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	// The same end as expires_at, as a span from the moment the service took up this Pick
+	// (before it asked the backend, and before any server-side wait: a Pick that waited gets
+	// a span longer than its ttl by the wait), measured on the service's monotonic clock. A
+	// client that adds it to the moment it sent the Pick, on its own monotonic clock, gets a
+	// moment no later than the real end of the lease whatever the two wall clocks say: the
+	// client's deadline never depends on clock agreement. Unset by services older than the
+	// field.
+	ExpiresAfter  *durationpb.Duration `protobuf:"bytes,9,opt,name=expires_after,json=expiresAfter,proto3" json:"expires_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -544,6 +552,13 @@ func (x *LeasedTask) GetLeaseSecret() string {
 		return x.LeaseSecret
 	}
 	return ""
+}
+
+func (x *LeasedTask) GetExpiresAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresAfter
+	}
+	return nil
 }
 
 // PickResponse holds the picked tasks.
@@ -952,7 +967,11 @@ func (x *ExtendRequest) GetLeaseSecret() string {
 type ExtendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// When the lease now ends, computed as in LeasedTask.expires_at.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The same end as expires_at, as a span from the moment the service took up this Extend,
+	// measured on the service's monotonic clock, as LeasedTask.expires_after: add it to the
+	// moment the Extend was sent. Unset by services older than the field.
+	ExpiresAfter  *durationpb.Duration `protobuf:"bytes,2,opt,name=expires_after,json=expiresAfter,proto3" json:"expires_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -990,6 +1009,13 @@ func (*ExtendResponse) Descriptor() ([]byte, []int) {
 func (x *ExtendResponse) GetExpiresAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *ExtendResponse) GetExpiresAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresAfter
 	}
 	return nil
 }
@@ -2139,7 +2165,7 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x05count\x18\x03 \x01(\rR\x05count\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x121\n" +
 	"\x05order\x18\x05 \x01(\x0e2\x1b.coordkit.taskpick.v1.OrderR\x05order\x12-\n" +
-	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x8e\x02\n" +
+	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xce\x02\n" +
 	"\n" +
 	"LeasedTask\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -2151,7 +2177,8 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x06 \x01(\rR\vmaxAttempts\x129\n" +
 	"\n" +
 	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12!\n" +
-	"\flease_secret\x18\b \x01(\tR\vleaseSecret\"F\n" +
+	"\flease_secret\x18\b \x01(\tR\vleaseSecret\x12>\n" +
+	"\rexpires_after\x18\t \x01(\v2\x19.google.protobuf.DurationR\fexpiresAfter\"F\n" +
 	"\fPickResponse\x126\n" +
 	"\x05tasks\x18\x01 \x03(\v2 .coordkit.taskpick.v1.LeasedTaskR\x05tasks\"\x8e\x01\n" +
 	"\n" +
@@ -2182,10 +2209,11 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\vlease_token\x18\x04 \x01(\x04R\n" +
 	"leaseToken\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12!\n" +
-	"\flease_secret\x18\x06 \x01(\tR\vleaseSecret\"K\n" +
+	"\flease_secret\x18\x06 \x01(\tR\vleaseSecret\"\x8b\x01\n" +
 	"\x0eExtendResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xca\x02\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12>\n" +
+	"\rexpires_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\fexpiresAfter\"\xca\x02\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
@@ -2343,53 +2371,55 @@ var file_coordkit_taskpick_v1_taskpick_proto_depIdxs = []int32{
 	0,  // 3: coordkit.taskpick.v1.PickRequest.order:type_name -> coordkit.taskpick.v1.Order
 	30, // 4: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
 	29, // 5: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
-	6,  // 6: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
-	30, // 7: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
-	30, // 8: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	29, // 9: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
-	29, // 11: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	14, // 12: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
-	30, // 13: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
-	14, // 14: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
-	24, // 15: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
-	3,  // 16: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
-	8,  // 17: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
-	10, // 18: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
-	12, // 19: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
-	15, // 20: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
-	26, // 21: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
-	4,  // 22: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
-	9,  // 23: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
-	11, // 24: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
-	13, // 25: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
-	16, // 26: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
-	27, // 27: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
-	3,  // 28: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
-	5,  // 29: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
-	8,  // 30: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
-	10, // 31: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
-	12, // 32: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
-	15, // 33: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
-	17, // 34: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
-	19, // 35: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
-	21, // 36: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
-	23, // 37: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
-	4,  // 38: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
-	7,  // 39: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
-	9,  // 40: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
-	11, // 41: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
-	13, // 42: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
-	16, // 43: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
-	18, // 44: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
-	20, // 45: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
-	22, // 46: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
-	25, // 47: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
-	38, // [38:48] is the sub-list for method output_type
-	28, // [28:38] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	30, // 6: coordkit.taskpick.v1.LeasedTask.expires_after:type_name -> google.protobuf.Duration
+	6,  // 7: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
+	30, // 8: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
+	30, // 9: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	29, // 10: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 11: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
+	1,  // 12: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
+	29, // 13: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	14, // 14: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
+	30, // 15: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
+	14, // 16: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
+	24, // 17: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
+	3,  // 18: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
+	8,  // 19: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
+	10, // 20: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
+	12, // 21: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
+	15, // 22: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
+	26, // 23: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
+	4,  // 24: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
+	9,  // 25: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
+	11, // 26: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
+	13, // 27: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
+	16, // 28: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
+	27, // 29: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
+	3,  // 30: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
+	5,  // 31: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
+	8,  // 32: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
+	10, // 33: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
+	12, // 34: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
+	15, // 35: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
+	17, // 36: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
+	19, // 37: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
+	21, // 38: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
+	23, // 39: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
+	4,  // 40: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
+	7,  // 41: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
+	9,  // 42: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
+	11, // 43: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
+	13, // 44: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
+	16, // 45: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
+	18, // 46: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
+	20, // 47: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
+	22, // 48: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
+	25, // 49: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
+	40, // [40:50] is the sub-list for method output_type
+	30, // [30:40] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_taskpick_v1_taskpick_proto_init() }
