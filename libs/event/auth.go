@@ -181,12 +181,15 @@ type Limits struct {
 }
 
 // The embedded server's limits by default. A client that never reads costs the server at
-// most DefaultMaxPending, and DefaultMaxConns of them at most their product.
+// most DefaultMaxPending, and DefaultMaxConns of them at most their product: 64 MiB. Every
+// connection but the process's own may be an outside reader's, so the product, not one
+// client's share, is what a reader who stops reading can make the process hold. 1 MiB is
+// over a thousand of coordkit's events of backlog for a reader that is merely slow.
 const (
 	DefaultMaxConns      = 64
 	DefaultMaxSubs       = 1 << 16
 	DefaultMaxPayload    = 64 << 10
-	DefaultMaxPending    = 8 << 20
+	DefaultMaxPending    = 1 << 20
 	DefaultWriteDeadline = 2 * time.Second
 )
 
