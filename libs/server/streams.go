@@ -19,9 +19,9 @@ const (
 	DefaultMaxStreamsPerToken = 100
 )
 
-// ErrTokenRevoked ends, with code unauthenticated, the open streams of a token that a reload
-// of the tokens file removed.
-var ErrTokenRevoked = errors.New("server: the bearer token of this stream was removed from the tokens file")
+// ErrTokenRevoked ends, with code unauthenticated, the open streams and the calls in
+// progress of a token that a reload of the tokens file removed.
+var ErrTokenRevoked = errors.New("server: the bearer token of this call was removed from the tokens file")
 
 // streamGate bounds the server streams open at once, per instance and per bearer token, and
 // ends a token's streams and unary calls in progress when a reload removes it. Past a limit a new stream is refused with
