@@ -83,6 +83,7 @@ func (n *natsFlags) eventConfig(cfg serveConfig, srv *server.Server, logger *slo
 		if created {
 			logger.Info("generated the embedded NATS server's users (publisher for coord instances, subscriber for readers)", "file", n.usersFile)
 		}
+		warnReadable(logger, "--nats-users-file", n.usersFile)
 		ecfg.Auth = auth
 		if n.serveTLS != nil {
 			ecfg.ListenTLS = n.serveTLS.Config()
@@ -106,8 +107,18 @@ func (n *natsFlags) eventConfig(cfg serveConfig, srv *server.Server, logger *slo
 		return ecfg, fmt.Errorf("--events-key-file: %w", err)
 	}
 	ecfg.Key = key
+	warnReadable(logger, "--events-key-file", keyFile)
 	logger.Info("events are signed and checked", "key_file", keyFile)
 	return ecfg, nil
+}
+
+// warnReadable warns when the secret file at path is readable by every user of the machine,
+// as the tokens file does: the NATS passwords and the events key let whoever reads them
+// publish events the instances act on.
+func warnReadable(logger *slog.Logger, flag, path string) {
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o004 != 0 {
+		logger.Warn(flag+" file is readable by every user: chmod 600 it", "path", path, "mode", st.Mode().Perm())
+	}
 }
 
 // clientTLS is the TLS configuration for --nats-url from --nats-ca/--nats-cert/--nats-key,

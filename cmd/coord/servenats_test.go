@@ -129,3 +129,44 @@ func TestServeNATSFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestServeNATSSecretFilesReadable: a NATS users file or events key that every user of the
+// machine may read is warned about, as the tokens file is; the 0600 ones are not.
+func TestServeNATSSecretFilesReadable(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		mode os.FileMode
+		want bool
+	}{
+		{"private", 0o600, false},
+		{"world-readable", 0o644, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			auth, err := event.GenerateAuth()
+			if err != nil {
+				t.Fatal(err)
+			}
+			users, key := filepath.Join(dir, "users"), filepath.Join(dir, "events.key")
+			if err := event.WriteAuthFile(users, auth); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{users, key} {
+				if err := os.Chmod(f, tt.mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, log := serveEdge(t, t.TempDir(), "--nats-listen", freeAddr(t), "--nats-users-file", users, "--events-key-file", key)
+			for _, flag := range []string{"--nats-users-file", "--events-key-file"} {
+				if got := strings.Contains(log.String(), flag+" file is readable by every user"); got != tt.want {
+					t.Errorf("mode %v: warned about %s: %v, want %v; log:\n%s", tt.mode, flag, got, tt.want, log)
+				}
+			}
+		})
+	}
+}

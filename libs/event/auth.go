@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -178,16 +179,30 @@ type Limits struct {
 	// WriteDeadline is how long a write to a connection may block before the server drops
 	// it as a slow consumer.
 	WriteDeadline time.Duration
+	// ReaderConns is how many connections outside readers may hold at once (of MaxConns).
+	ReaderConns int
+	// ReaderSubs is how many subscriptions one reader's connection may hold.
+	ReaderSubs int
 }
 
 // The embedded server's limits by default. A client that never reads costs the server at
-// most DefaultMaxPending, and DefaultMaxConns of them at most their product.
+// most DefaultMaxPending, and DefaultMaxConns of them at most their product: 64 MiB. Every
+// connection but the process's own may be an outside reader's, so the product, not one
+// client's share, is what a reader who stops reading can make the process hold. 1 MiB is
+// over a thousand of coordkit's events of backlog for a reader that is merely slow.
 const (
 	DefaultMaxConns      = 64
 	DefaultMaxSubs       = 1 << 16
 	DefaultMaxPayload    = 64 << 10
-	DefaultMaxPending    = 8 << 20
+	DefaultMaxPending    = 1 << 20
 	DefaultWriteDeadline = 2 * time.Second
+	// DefaultReaderConns is how many connections outside readers (the subscriber user) may
+	// hold at once, fewer than DefaultMaxConns so that they can never lock out the coord
+	// instances.
+	DefaultReaderConns = 32
+	// DefaultReaderSubs is how many subscriptions one reader's connection may hold. Each
+	// costs the server its subject's bytes, up to 4 KiB: readers then hold at most 32 MiB.
+	DefaultReaderSubs = 256
 )
 
 func (l Limits) apply(o *server.Options) {
@@ -205,14 +220,32 @@ func cmpOr[T int | int32 | int64 | time.Duration](v, def T) T {
 	return def
 }
 
-// users is a's users in nats-server's terms: the publisher with every right, the
-// subscriber with subscribe under SubjectRoot only.
-func (a *Auth) users() []*server.User {
-	return []*server.User{
-		{Username: a.Publisher.User, Password: a.Publisher.Password},
-		{Username: a.Subscriber.User, Password: a.Subscriber.Password, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Deny: []string{">"}},
-			Subscribe: &server.SubjectPermission{Allow: []string{SubjectRoot}},
-		}},
-	}
+// The embedded server's accounts when it listens: the coord instances' (the process's own
+// connection and the publisher), and the outside readers', which imports every event of the
+// first and may hold only so many connections and subscriptions.
+const (
+	coordAccount   = "COORDKIT"
+	readersAccount = "READERS"
+)
+
+// accountsConfig is a's users in their accounts, in nats-server's configuration language:
+// the publisher with every right in coordAccount, the subscriber with subscribe under
+// SubjectRoot only in readersAccount, under l's reader limits. Account limits can only be
+// set from configuration.
+func (a *Auth) accountsConfig(l Limits) string {
+	q := strconv.Quote
+	return `accounts {
+  ` + coordAccount + ` {
+    users = [ { user: ` + q(a.Publisher.User) + `, password: ` + q(a.Publisher.Password) + ` } ]
+    exports = [ { stream: ` + q(SubjectRoot) + ` } ]
+  }
+  ` + readersAccount + ` {
+    users = [ { user: ` + q(a.Subscriber.User) + `, password: ` + q(a.Subscriber.Password) + `,
+      permissions: { publish: { deny: [">"] }, subscribe: { allow: [` + q(SubjectRoot) + `] } } } ]
+    imports = [ { stream: { account: ` + coordAccount + `, subject: ` + q(SubjectRoot) + ` } } ]
+    limits: { max_connections: ` + strconv.Itoa(cmpOr(l.ReaderConns, DefaultReaderConns)) +
+		`, max_subscriptions: ` + strconv.Itoa(cmpOr(l.ReaderSubs, DefaultReaderSubs)) + ` }
+  }
+}
+`
 }

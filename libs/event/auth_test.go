@@ -234,15 +234,17 @@ func TestListenTLS(t *testing.T) {
 	wantEvent(t, own, &lockv1.LockEvent{Key: "tls"})
 }
 
-// TestSlowSubscribersBounded: ten outside subscribers that never read while 100 MB of events
-// are published cost the embedded server at most their pending limit each: they are cut
-// off as slow consumers instead of growing the process without bound.
+// TestSlowSubscribersBounded: outside subscribers on every connection the server allows that
+// never read while 100 MB of events are published cost the embedded server at most their
+// pending limit each, under 100 MiB in all: they are cut off as slow consumers instead of
+// growing the process without bound.
 func TestSlowSubscribersBounded(t *testing.T) {
 	t.Parallel()
 	srv := open(t, event.Config{Listen: "127.0.0.1:0"})
 	addr := strings.TrimPrefix(srv.ClientURL(), "nats://")
 	connect, _ := json.Marshal(map[string]any{"user": srv.Auth().Subscriber.User, "pass": srv.Auth().Subscriber.Password, "verbose": false, "pedantic": false})
-	const stalled = 10
+	// Every connection outside readers may hold.
+	const stalled = event.DefaultReaderConns
 	conns := make([]net.Conn, stalled)
 	for i := range conns {
 		c, err := net.Dial("tcp", addr)
@@ -306,9 +308,11 @@ func TestSlowSubscribersBounded(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	grew := int64(peak.Load()) - int64(before.HeapInuse)
-	const limit = 150 << 20 // ten pending limits of 8 MiB, and room for the test itself
+	// Before readers had a connection limit of their own and the pending limit was 1 MiB,
+	// 8 MiB each: 60 stalled subscribers took a coord process from 87 MB to 788 MB.
+	const limit = 100 << 20
 	if grew > limit {
-		t.Fatalf("ten subscribers that never read grew the heap by %d MiB while 100 MiB were published, want under %d MiB", grew>>20, limit>>20)
+		t.Fatalf("%d subscribers that never read grew the heap by %d MiB while 100 MiB were published, want under %d MiB", stalled, grew>>20, limit>>20)
 	}
 	// Each was cut off: reading now ends in EOF or a reset once what the kernel buffered
 	// is drained, long before 100 MiB.
@@ -331,4 +335,74 @@ func TestSlowSubscribersBounded(t *testing.T) {
 		}
 	}
 	t.Logf("heap grew by %d MiB at most", grew>>20)
+}
+
+// TestReadersBounded: outside readers may not make the embedded server hold what they like.
+// Subscriptions cost the server their subject's bytes each: two readers with 65,536
+// subscriptions of 1,000-byte subjects grew a coord process by 407 MB. A reader's
+// connection may hold at most DefaultReaderSubs subscriptions, and readers at most
+// DefaultReaderConns connections in all, so that they can never take the slots of the coord
+// instances: the publisher still connects, and events still reach every reader.
+func TestReadersBounded(t *testing.T) {
+	t.Parallel()
+	srv := open(t, event.Config{Listen: "127.0.0.1:0"})
+	url, auth := srv.ClientURL(), srv.Auth()
+	sub := nats.UserInfo(auth.Subscriber.User, auth.Subscriber.Password)
+
+	errs := make(chan error, 16)
+	nc, err := rawConnect(t, url, errs, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range event.DefaultReaderSubs + 1 {
+		if _, err := nc.SubscribeSync(fmt.Sprintf("coordkit.bounded.%s.%d", strings.Repeat("x", 1000), i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-errs:
+		if !strings.Contains(strings.ToLower(err.Error()), "maximum subscriptions") {
+			t.Fatalf("subscription %d of one reader: %v, want maximum subscriptions exceeded", event.DefaultReaderSubs+1, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a reader holds %d subscriptions, want at most %d", event.DefaultReaderSubs+1, event.DefaultReaderSubs)
+	}
+	nc.Close()
+
+	var readers []*nats.Conn
+	for start := time.Now(); len(readers) < event.DefaultReaderConns; {
+		nc, err := rawConnect(t, url, make(chan error, 1), sub)
+		if err != nil {
+			if time.Since(start) > 10*time.Second { // the closed one above may still count a moment
+				t.Fatalf("reader %d: %v", len(readers)+1, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		readers = append(readers, nc)
+	}
+	if nc, err := rawConnect(t, url, make(chan error, 1), sub); err == nil {
+		nc.Close()
+		t.Fatalf("reader %d connected, want at most %d", event.DefaultReaderConns+1, event.DefaultReaderConns)
+	}
+	pub, err := rawConnect(t, url, make(chan error, 1), nats.UserInfo(auth.Publisher.User, auth.Publisher.Password))
+	if err != nil {
+		t.Fatalf("with every reader slot taken, the publisher cannot connect: %v", err)
+	}
+	s, err := readers[len(readers)-1].SubscribeSync("coordkit.bounded.news")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := readers[len(readers)-1].Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []func(string, []byte) error{pub.Publish, srv.PublishJSON} {
+		if err := from("coordkit.bounded.news", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.NextMsg(10 * time.Second); err != nil {
+			t.Fatalf("a reader got no event: %v", err)
+		}
+	}
 }

@@ -155,6 +155,12 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 			return nil, err
 		}
 		b.embedded, b.account, b.private = ns, ns.GlobalAccount(), cfg.Listen == ""
+		if !b.private {
+			if b.account, err = ns.LookupAccount(coordAccount); err != nil {
+				ns.Shutdown()
+				return nil, fmt.Errorf("event: embedded NATS: %w", err)
+			}
+		}
 		opts = append(opts, nats.InProcessServer(ns))
 		if cfg.Listen != "" {
 			b.auth = cfg.Auth
@@ -234,7 +240,13 @@ func redactURL(urls string) string {
 // startEmbedded runs a nats-server inside this process: in-process connections only, or
 // also TCP clients on cfg.Listen, who must log in as one of cfg.Auth's users.
 func startEmbedded(cfg Config) (*server.Server, error) {
-	opts := &server.Options{ServerName: "coordkit-embedded", DontListen: true, NoSigs: true, NoLog: true}
+	opts := &server.Options{}
+	if cfg.Listen != "" {
+		if err := opts.ProcessConfigString(cfg.Auth.accountsConfig(cfg.Limits)); err != nil {
+			return nil, fmt.Errorf("event: embedded NATS users: %w", err)
+		}
+	}
+	opts.ServerName, opts.DontListen, opts.NoSigs, opts.NoLog = "coordkit-embedded", true, true, true
 	cfg.Limits.apply(opts)
 	if listen := cfg.Listen; listen != "" {
 		host, port, err := net.SplitHostPort(listen)
@@ -249,7 +261,6 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 			p = server.RANDOM_PORT // nats-server reads 0 as its default, 4222
 		}
 		opts.DontListen, opts.Host, opts.Port = false, host, p
-		opts.Users = cfg.Auth.users()
 		if cfg.ListenTLS != nil {
 			opts.TLSConfig, opts.TLSTimeout = cfg.ListenTLS, 2
 		}

@@ -19,12 +19,12 @@ const (
 	DefaultMaxStreamsPerToken = 100
 )
 
-// ErrTokenRevoked ends, with code unauthenticated, the open streams of a token that a reload
-// of the tokens file removed.
-var ErrTokenRevoked = errors.New("server: the bearer token of this stream was removed from the tokens file")
+// ErrTokenRevoked ends, with code unauthenticated, the open streams and the calls in
+// progress of a token that a reload of the tokens file removed.
+var ErrTokenRevoked = errors.New("server: the bearer token of this call was removed from the tokens file")
 
 // streamGate bounds the server streams open at once, per instance and per bearer token, and
-// ends a token's streams when a reload removes it. Past a limit a new stream is refused with
+// ends a token's streams and unary calls in progress when a reload removes it. Past a limit a new stream is refused with
 // resource_exhausted before its handler runs. Without tokens every caller is the same
 // anonymous one, so only the instance limit applies; with tokens the exempt streams (gRPC
 // health) share one anonymous allowance of the per-token size.
@@ -36,6 +36,7 @@ type streamGate struct {
 	total   int
 	byToken map[[32]byte]int
 	live    map[*openStream]struct{}
+	calls   map[*openStream]struct{} // unary calls in progress, with tokens only
 
 	open    prometheus.Gauge
 	refused *prometheus.CounterVec
@@ -53,7 +54,7 @@ type openStream struct {
 func newStreamGate(max, perToken int, tokens *Tokens, reg prometheus.Registerer) *streamGate {
 	g := &streamGate{
 		max: max, perToken: perToken, tokens: tokens,
-		byToken: map[[32]byte]int{}, live: map[*openStream]struct{}{},
+		byToken: map[[32]byte]int{}, live: map[*openStream]struct{}{}, calls: map[*openStream]struct{}{},
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "coordkit_streams_open",
 			Help: "Server streams (Watch) open on this instance.",
@@ -124,10 +125,46 @@ func (g *streamGate) revoke() {
 			g.revoked.Inc()
 		}
 	}
+	for c := range g.calls {
+		if !g.tokens.has(c.tk.sum) {
+			c.cancel(ErrTokenRevoked)
+		}
+	}
 }
 
-// WrapUnary implements connect.Interceptor; unary calls are not bounded here.
-func (g *streamGate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+// WrapUnary implements connect.Interceptor. Unary calls are not bounded here, but with
+// tokens a call in progress is ended like a stream when a reload removes its token: a
+// blocking Acquire or Pick may wait an hour, and must not take a lock or a task for a token
+// that no longer exists. A call that finished first keeps its answer.
+func (g *streamGate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	if g.tokens == nil {
+		return next
+	}
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		tk, authed := callerToken(ctx)
+		if !authed {
+			return next(ctx, req) // exempt (gRPC health): no token to revoke
+		}
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		c := &openStream{tk: tk, authed: true, cancel: cancel}
+		g.mu.Lock()
+		g.calls[c] = struct{}{}
+		g.mu.Unlock()
+		// After the call is in calls: a reload either finds it there or swapped the set first.
+		if !g.tokens.has(tk.sum) {
+			cancel(ErrTokenRevoked) // removed by a reload that ran after the call authenticated
+		}
+		res, err := next(ctx, req)
+		g.mu.Lock()
+		delete(g.calls, c)
+		g.mu.Unlock()
+		if err != nil && errors.Is(context.Cause(ctx), ErrTokenRevoked) {
+			return nil, connect.NewError(connect.CodeUnauthenticated, ErrTokenRevoked)
+		}
+		return res, err
+	}
+}
 
 // WrapStreamingClient implements connect.Interceptor; servers have no client streams.
 func (g *streamGate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {

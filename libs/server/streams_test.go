@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -163,5 +164,87 @@ func must[T any](v T, err error) func(t *testing.T) T {
 			t.Fatalf("unexpected error: %v", err)
 		}
 		return v
+	}
+}
+
+// TestWaitingCallsOfRevokedToken: a reload that removes a token also ends that token's
+// unary calls still in progress (a blocking Acquire or Pick may wait an hour, and would
+// otherwise take a lock or a task after the token was removed) with unauthenticated; the
+// calls of the tokens kept go on.
+func TestWaitingCallsOfRevokedToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	all := "alice " + aliceToken + "\nbob " + bobToken + "\n"
+	path := writeFile(t, dir, "tokens", all, 0o600)
+	tokens, err := server.LoadTokens(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(server.Config{Tokens: tokens, Logger: slog.New(slog.DiscardHandler)})
+	began := make(chan struct{}, 2)
+	mux := http.NewServeMux()
+	mux.Handle(sleepProc, connect.NewUnaryHandler(sleepProc,
+		func(ctx context.Context, _ *connect.Request[emptypb.Empty]) (*connect.Response[emptypb.Empty], error) {
+			began <- struct{}{}
+			select {
+			case <-time.After(time.Minute):
+				return connect.NewResponse(&emptypb.Empty{}), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}, srv.HandlerOptions()...))
+	srv.Handle(demoPath, mux)
+	addr, _ := serveOn(t, srv)
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+	}{
+		{"http1", http.DefaultClient},
+		{"h2c", h2cClient()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := map[string]chan error{aliceToken: make(chan error, 1), bobToken: make(chan error, 1)}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for token, done := range calls {
+				c := connect.NewClient[emptypb.Empty, emptypb.Empty](tc.client, "http://"+addr+sleepProc)
+				req := connect.NewRequest(&emptypb.Empty{})
+				req.Header().Set("Authorization", "Bearer "+token)
+				go func() {
+					_, err := c.CallUnary(ctx, req)
+					done <- err
+				}()
+			}
+			for range calls {
+				select {
+				case <-began:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the waiting calls never reached the handler")
+				}
+			}
+			writeFile(t, dir, "tokens", "bob "+bobToken+"\n", 0o600)
+			if err := srv.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				writeFile(t, dir, "tokens", all, 0o600)
+				if err := srv.Reload(); err != nil {
+					t.Error(err)
+				}
+			}()
+			select {
+			case err := <-calls[aliceToken]:
+				if connect.CodeOf(err) != connect.CodeUnauthenticated {
+					t.Fatalf("the removed token's waiting call ended with %v, want unauthenticated", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the removed token's waiting call still runs 10s after the reload")
+			}
+			select {
+			case err := <-calls[bobToken]:
+				t.Fatalf("the kept token's waiting call ended: %v", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
 	}
 }
