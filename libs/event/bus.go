@@ -6,9 +6,11 @@
 // NATS is inside coordkit's trust boundary. The embedded server, when it listens, takes only
 // clients that log in (Auth): coord instances, who may publish, and outside readers, who may
 // only subscribe under SubjectRoot; its Limits bound what a client that never reads can make
-// it hold. With a Key every message is signed (HMAC-SHA256, SignatureHeader) and every
-// subscription drops what is not signed with it, so nobody without the key can forge an
-// event that reaches a waiter or a watcher.
+// it hold. With a Key every message is signed (HMAC-SHA256, SignatureHeader) over its
+// subject, payload, sender, number and send time, and every subscription drops what is not
+// signed with it, what was sent more than a SignatureWindow from its clock, and every copy
+// of a message it has already delivered: nobody without the key can forge an event that
+// reaches a waiter or a watcher, nor make one arrive twice.
 //
 // NATS core delivery is at most once: an event can be lost (a disconnect, a restart). Every
 // user of this package must treat an event as a hint that shortens a wait it bounds by other
@@ -77,6 +79,10 @@ type Config struct {
 	// subscription of the Bus drop each message not signed with it, counted in
 	// coordkit_events_rejected_total. Every instance that shares a NATS needs the same key.
 	Key []byte
+	// SignatureWindow, with Key, is how far a message's signed send time may be from this
+	// process's clock before its subscriptions drop it as stale; zero is
+	// DefaultSignatureWindow. The clocks of the instances sharing a NATS must agree within it.
+	SignatureWindow time.Duration
 }
 
 // Bus is one process's NATS connection. It is safe for concurrent use.
@@ -87,10 +93,15 @@ type Bus struct {
 	private  bool            // embedded with no Listen address: this Bus is its only client
 	log      *slog.Logger
 	metrics  *metrics
-	key      []byte       // signs and verifies every message; nil: unsigned
-	auth     *Auth        // the embedded server's users, when it listens
-	rejected atomic.Bool  // a rejected message was logged once
-	failure  atomic.Value // string: the connect failure last logged, until connected
+	key      []byte        // signs and verifies every message; nil: unsigned
+	window   time.Duration // a signed message's send time may be this far from the clock
+	sender   string        // this Bus's random id in its signatures
+	pubMu    sync.Mutex    // numbers and sends signed messages in one order
+	seq      uint64        // signed messages sent, under pubMu
+	senders  atomic.Int64  // senders remembered by all subscriptions' replay caches
+	auth     *Auth         // the embedded server's users, when it listens
+	rejected sync.Map      // reason -> struct{}: a message rejected for it was logged
+	failure  atomic.Value  // string: the connect failure last logged, until connected
 
 	// settling counts subscriptions the embedded server may not have yet, and settled is
 	// the reconnect count (nats.Conn's Statistics.Reconnects) at which it was last known to
@@ -121,6 +132,17 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	}
 	if len(b.key) > 0 && len(b.key) < MinKeyLen {
 		return nil, fmt.Errorf("event: Key has %d bytes, want at least %d", len(b.key), MinKeyLen)
+	}
+	if b.window = cfg.SignatureWindow; b.window == 0 {
+		b.window = DefaultSignatureWindow
+	} else if b.window < time.Second {
+		return nil, fmt.Errorf("event: SignatureWindow %v, want at least 1s", b.window)
+	}
+	if len(b.key) > 0 {
+		var err error
+		if b.sender, err = newSenderID(); err != nil {
+			return nil, err
+		}
 	}
 	name := cfg.Name
 	if name == "" {
@@ -313,7 +335,7 @@ func (b *Bus) Publish(subject string, m proto.Message) error {
 func (b *Bus) PublishJSON(subject string, data []byte) error {
 	var err error
 	if len(b.key) > 0 {
-		err = b.nc.PublishMsg(&nats.Msg{Subject: subject, Data: data, Header: nats.Header{SignatureHeader: {sign(b.key, subject, data)}}})
+		err = b.publishSigned(subject, data)
 	} else {
 		err = b.nc.Publish(subject, data)
 	}
@@ -322,6 +344,16 @@ func (b *Bus) PublishJSON(subject string, data []byte) error {
 		return fmt.Errorf("event: publish %s: %w", subject, err)
 	}
 	return nil
+}
+
+// publishSigned numbers, signs and sends one message. The lock keeps the numbers in the order
+// the connection sends them, so each subscription sees a sender's numbers rising.
+func (b *Bus) publishSigned(subject string, data []byte) error {
+	b.pubMu.Lock()
+	defer b.pubMu.Unlock()
+	b.seq++
+	sig := sign(b.key, b.sender, b.seq, time.Now().UnixMilli(), subject, data)
+	return b.nc.PublishMsg(&nats.Msg{Subject: subject, Data: data, Header: nats.Header{SignatureHeader: {sig}}})
 }
 
 // Wanted says whether a message on subject can reach anyone. It is false only on the
@@ -352,14 +384,23 @@ func (b *Bus) settle(done func(err error)) {
 
 // Subscribe calls fn for every message on subject (wildcards allowed), one at a time in the
 // order they arrive. fn must be quick: it runs on the subscription's delivery goroutine. The
-// returned function ends the subscription. With a Key, fn sees only messages signed with it.
+// returned function ends the subscription. With a Key, fn sees only messages signed with it,
+// sent within the SignatureWindow of now, and each of them once.
 func (b *Bus) Subscribe(subject string, fn func(subject string, data []byte)) (unsubscribe func() error, err error) {
 	if b.account != nil {
 		b.settling.Add(1) // until the server has it (see Wanted)
 	}
+	var replays *replayCache
+	if len(b.key) > 0 {
+		replays = newReplayCache(b.window, &b.senders)
+	}
 	sub, err := b.nc.Subscribe(subject, func(m *nats.Msg) {
-		if len(b.key) > 0 {
-			if ok, why := verified(b.key, m); !ok {
+		if replays != nil {
+			s, why := verified(b.key, m)
+			if why == "" {
+				why = replays.admit(time.Now(), s)
+			}
+			if why != "" {
 				b.reject(m.Subject, why)
 				return
 			}
@@ -378,7 +419,14 @@ func (b *Bus) Subscribe(subject string, fn func(subject string, data []byte)) (u
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("event: subscribe %s: %w", subject, err)
 	}
-	return sub.Unsubscribe, nil
+	if replays == nil {
+		return sub.Unsubscribe, nil
+	}
+	return func() error {
+		err := sub.Unsubscribe()
+		replays.forget()
+		return err
+	}, nil
 }
 
 // SubscribeOthers is Subscribe for a subscriber that already handles what it publishes
@@ -528,10 +576,20 @@ func (b *Bus) reconnected(nc *nats.Conn) {
 	b.changed(true)
 }
 
-// reject counts a message that failed verification, and logs the first one.
+// reject counts a message that failed verification, and logs the first one for each reason.
 func (b *Bus) reject(subject, why string) {
 	b.metrics.rejected.WithLabelValues(why).Inc()
-	if !b.rejected.Swap(true) {
+	if _, logged := b.rejected.LoadOrStore(why, struct{}{}); logged {
+		return
+	}
+	switch why {
+	case "stale":
+		b.log.Warn("events: dropped a signed message sent too far from this clock: a replay, or instances whose clocks disagree by more than the signature window (logged once; see coordkit_events_rejected_total)", "subject", subject, "window", b.window)
+	case "replayed":
+		b.log.Warn("events: dropped a copy of a signed message already delivered (logged once; see coordkit_events_rejected_total)", "subject", subject)
+	case "sender_limit":
+		b.log.Warn("events: dropped a signed message of a new sender: a subscription already remembers the most senders it may (logged once; see coordkit_events_rejected_total)", "subject", subject, "limit", maxSenders)
+	default:
 		b.log.Warn("events: dropped a message that is not signed with the events key (logged once; see coordkit_events_rejected_total)", "subject", subject, "reason", why)
 	}
 }

@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordkit_events_rejected_total",
-			Help: "Messages a subscription dropped because they were not signed with the events key: unsigned or bad_signature (one per subscription that received it).",
+			Help: "Messages a subscription dropped: unsigned or bad_signature (not signed with the events key), stale (sent outside the signature window), replayed (a copy of one already delivered) or sender_limit (one per subscription that received it).",
 		}, []string{"reason"}),
 	}
 	if reg != nil {

@@ -6,43 +6,109 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
 // SignatureHeader is the NATS header that carries an event's signature when the Bus has a
-// key: "v1=" and the unpadded URL-safe base64 of HMAC-SHA256(key, subject NUL payload).
+// key: "v2=" sender "." seq "." ms "." mac, where sender is the publishing Bus's random id
+// (16 URL-safe base64 characters, new at every Open), seq the Bus's count of signed messages
+// (from 1), ms the send time in Unix milliseconds, and mac the unpadded URL-safe base64 of
+// HMAC-SHA256(key) over all three, the subject and the payload. Receivers drop a message
+// whose time is more than the signature window from their clock (stale) or whose sender and
+// seq they have already seen (replayed). The v1 form (no sender, seq or time) is refused.
 const SignatureHeader = "Coordkit-Sig"
 
-const sigPrefix = "v1="
+const sigPrefix = "v2="
 
 // MinKeyLen is the shortest events key accepted, in bytes.
 const MinKeyLen = 16
 
-// sign is the signature header value of a message on subject with data.
-func sign(key []byte, subject string, data []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(subject))
-	mac.Write([]byte{0})
-	mac.Write(data)
-	return sigPrefix + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+// DefaultSignatureWindow is how far a signed message's send time may be from a receiver's
+// clock before the receiver drops it as stale, when Config.SignatureWindow is zero. The
+// clocks of instances sharing a NATS must agree within it.
+const DefaultSignatureWindow = time.Minute
+
+// senderIDLen is the length of a sender id in bytes (16 base64 characters).
+const senderIDLen = 12
+
+// newSenderID is a fresh random sender id, in its header form.
+func newSenderID() (string, error) {
+	var raw [senderIDLen]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("event: random sender id: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(raw[:]), nil
 }
 
-// verified reports whether m carries key's signature of its subject and payload, and if
-// not, why: "unsigned" or "bad_signature".
-func verified(key []byte, m *nats.Msg) (bool, string) {
+// sigMAC is the MAC of a v2 signature: every field length-prefixed, so none can be moved
+// into its neighbour.
+func sigMAC(key []byte, sender string, seq uint64, ms int64, subject string, data []byte) []byte {
+	mac := hmac.New(sha256.New, key)
+	var n [8]byte
+	field := func(b []byte) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		mac.Write(n[:])
+		mac.Write(b)
+	}
+	mac.Write([]byte("coordkit-sig-v2"))
+	field([]byte(sender))
+	binary.BigEndian.PutUint64(n[:], seq)
+	mac.Write(n[:])
+	binary.BigEndian.PutUint64(n[:], uint64(ms))
+	mac.Write(n[:])
+	field([]byte(subject))
+	field(data)
+	return mac.Sum(nil)
+}
+
+// sign is the signature header value of message seq of sender, sent at ms on subject with
+// data.
+func sign(key []byte, sender string, seq uint64, ms int64, subject string, data []byte) string {
+	return sigPrefix + sender + "." + strconv.FormatUint(seq, 10) + "." + strconv.FormatInt(ms, 10) + "." +
+		base64.RawURLEncoding.EncodeToString(sigMAC(key, sender, seq, ms, subject, data))
+}
+
+// signed is what a verified signature says: who sent the message, its number and when.
+type signed struct {
+	sender string
+	seq    uint64
+	ms     int64
+}
+
+// verified returns what m's signature says when it is key's signature of m's subject and
+// payload, or why not: "unsigned" or "bad_signature" (also an old v1 signature).
+func verified(key []byte, m *nats.Msg) (signed, string) {
 	got := m.Header.Get(SignatureHeader)
 	if got == "" {
-		return false, "unsigned"
+		return signed{}, "unsigned"
 	}
-	if !hmac.Equal([]byte(got), []byte(sign(key, m.Subject, m.Data))) {
-		return false, "bad_signature"
+	rest, ok := strings.CutPrefix(got, sigPrefix)
+	if !ok {
+		return signed{}, "bad_signature"
 	}
-	return true, ""
+	parts := strings.Split(rest, ".")
+	if len(parts) != 4 || len(parts[0]) != base64.RawURLEncoding.EncodedLen(senderIDLen) {
+		return signed{}, "bad_signature"
+	}
+	seq, err1 := strconv.ParseUint(parts[1], 10, 64)
+	ms, err2 := strconv.ParseInt(parts[2], 10, 64)
+	mac, err3 := base64.RawURLEncoding.DecodeString(parts[3])
+	if err1 != nil || err2 != nil || err3 != nil || seq == 0 {
+		return signed{}, "bad_signature"
+	}
+	if !hmac.Equal(mac, sigMAC(key, parts[0], seq, ms, m.Subject, m.Data)) {
+		return signed{}, "bad_signature"
+	}
+	return signed{sender: parts[0], seq: seq, ms: ms}, ""
 }
 
 // LoadKeyFile reads an events key: the file's content, surrounding white space dropped, of
