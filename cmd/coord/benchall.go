@@ -33,7 +33,7 @@ type benchAllConfig struct {
 // checks them, after parsing, into a config.
 func benchAllFlags(fs *pflag.FlagSet) func() (benchAllConfig, error) {
 	var cfg benchAllConfig
-	fs.StringVar(&cfg.report, "report", "", "write the Markdown report to this file, replacing it; empty prints the report")
+	fs.StringVar(&cfg.report, "report", "", "write the Markdown report to this file, replacing all of it but the hand-measured part at its end (from the \"Measured by hand\" marker line on); empty prints the report")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured length of each run of lock, id and contend (their own defaults: 5s, 3s, 5s)")
 	fs.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each run of lock, id and contend")
 	fs.IntVar(&cfg.tasks, "tasks", 10000, "no-op tasks per run of task (its own default: 20000)")
@@ -129,6 +129,11 @@ func benchAll(ctx context.Context, cfg benchAllConfig, cmdline string, stdout, s
 	if cfg.report == "" {
 		return errors.Join(append(errs, rep.write(stdout))...)
 	}
+	kept, err := keptPart(cfg.report)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("bench all: --report: %w", err))...)
+	}
+	rep.kept = kept
 	if err := writeFileAtomic(cfg.report, rep.write); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("bench all: --report: %w", err))...)
 	}

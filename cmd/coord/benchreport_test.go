@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -288,6 +290,45 @@ func TestBenchReportProbes(t *testing.T) {
 	} {
 		if got := tt.parse(tt.in); got != tt.want {
 			t.Errorf("%s: parsed %q from %q, want %q", tt.name, got, tt.in, tt.want)
+		}
+	}
+}
+
+// TestBenchReportKeepsHandMeasured: a new report replaces the generated part of the old one
+// and keeps its hand-measured part, from the marker to the end, as it was; a report without
+// the marker is replaced whole.
+func TestBenchReportKeepsHandMeasured(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	hand := keptMarker + "\n\n## Measured by hand\n\n| a | b |\n| - | - |\n| 1 | 2 |\n"
+	for _, tt := range []struct{ name, old, kept string }{
+		{"with a hand-measured part", "# Benchmarks\n\nold generated tables\n\n" + hand, hand},
+		{"without one", "# Benchmarks\n\nold generated tables\n", ""},
+		{"no file", "", ""},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".md")
+		if tt.old != "" {
+			if err := os.WriteFile(path, []byte(tt.old), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kept, err := keptPart(path)
+		if err != nil || kept != tt.kept {
+			t.Fatalf("%s: keptPart = %q, %v; want %q, nil", tt.name, kept, err, tt.kept)
+		}
+		rep := benchReport{date: time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC), commit: "`abc`", kept: kept}
+		if err := writeFileAtomic(path, rep.write); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(got), "old generated tables") {
+			t.Errorf("%s: the old generated part survived:\n%s", tt.name, got)
+		}
+		if tt.kept != "" && !strings.HasSuffix(string(got), "\n\n"+tt.kept) {
+			t.Errorf("%s: report does not end with the hand-measured part:\n%s", tt.name, got)
 		}
 	}
 }
