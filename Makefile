@@ -1,7 +1,7 @@
 # The two commands a newcomer needs: `make run` and `make test`. Everything else is here for
 # the people changing coordkit.
 
-MODULES := proto libs services/lock services/idgen services/taskpick cmd/coord e2e
+MODULES := proto libs services/lock services/idgen services/taskpick cmd/coord e2e tools/bench
 PKGS    := github.com/coordkit/coordkit/...
 
 # buf is the prebuilt binary from the npm registry, its version and integrity pinned by
@@ -97,22 +97,22 @@ vet:
 standalone:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go build ./...) || exit 1; done
 
-## bench: every benchmark below with its peers, shorter runs (about 4 minutes), into docs/benchmarks.md with the machine, commit and date
+## bench: coordbench (tools/bench, its own module): every benchmark below with its peers, shorter runs (about 4 minutes), into docs/benchmarks.md with the machine, commit and date
 bench: backends
-	go run ./cmd/coord bench all --report docs/benchmarks.md
+	go run ./tools/bench all --report docs/benchmarks.md
 
 ## bench-lock: the lock benchmark, every backend, against go-redsync on the dev Redis nodes
 bench-lock: backends
-	go run ./cmd/coord bench lock
+	go run ./tools/bench lock
 
 ## bench-id: the ID benchmark against bwmarrin/snowflake and google/uuid
 bench-id: backends
-	go run ./cmd/coord bench id
+	go run ./tools/bench id
 
 ## bench-contend: one hot key, 16 clients over 2 service instances, every backend, against go-redsync
 bench-contend: backends
-	go run ./cmd/coord bench contend
+	go run ./tools/bench contend
 
 ## bench-task: the task-pick benchmark, every backend, against hibiken/asynq on the dev Redis (db 15, flushed)
 bench-task: backends
-	go run ./cmd/coord bench task
+	go run ./tools/bench task
