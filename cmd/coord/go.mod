@@ -15,15 +15,11 @@ replace (
 require (
 	connectrpc.com/connect v1.21.1
 	connectrpc.com/grpchealth v1.4.0
-	github.com/bwmarrin/snowflake v0.3.0
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/idgen v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/lock v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/taskpick v0.0.0-00010101000000-000000000000
-	github.com/go-redsync/redsync/v4 v4.18.1
-	github.com/google/uuid v1.6.0
-	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
@@ -41,6 +37,7 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
@@ -57,8 +54,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/robfig/cron/v3 v3.0.1 // indirect
-	github.com/spf13/cast v1.10.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/time v0.16.0 // indirect

@@ -1,5 +1,5 @@
 // Command coord runs coordkit and talks to it: `coord serve` starts the services, `coord lock`,
-// `coord id` and `coord task` call them, `coord bench` measures them against peers.
+// `coord id` and `coord task` call them. The benchmarks are coordbench, in tools/bench.
 package main
 
 import (

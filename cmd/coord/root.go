@@ -46,7 +46,7 @@ exceeded, not authenticated).`,
 	)
 	root.SetHelpCommandGroupID("other")
 	root.SetCompletionCommandGroupID("other")
-	for _, c := range []*cobra.Command{newServeCmd(), newBenchCmd()} {
+	for _, c := range []*cobra.Command{newServeCmd()} {
 		c.GroupID = "server"
 		root.AddCommand(c)
 	}

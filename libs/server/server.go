@@ -59,7 +59,7 @@ type Config struct {
 	HealthCacheTTL time.Duration
 	// CompressMinBytes is the smallest response gzipped for clients that accept it; 0 means
 	// never. Off by default: on the LAN these services run on, gzip costs more CPU than it
-	// saves (it halved batch ID throughput in `coord bench id`, and was a quarter of the lock
+	// saves (it halved batch ID throughput in `coordbench id`, and was a quarter of the lock
 	// service's CPU at tens of bytes per message).
 	CompressMinBytes int
 	// MaxStreams caps the server streams (Watch) open at once on the instance; past it a

@@ -20,7 +20,7 @@ import (
 //
 //	go test ./services/idgen -run '^$' -bench Engine -cpuprofile cpu.out
 //
-// `coord bench id` measures the same next to bwmarrin/snowflake and google/uuid.
+// `coordbench id` measures the same next to bwmarrin/snowflake and google/uuid.
 
 func BenchmarkEngineSegment(b *testing.B) {
 	ctx := context.Background()

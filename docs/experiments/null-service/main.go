@@ -1,5 +1,5 @@
 // Command nullservice measures the ceiling of the SDK -> service hop: the coordkit SDK
-// (libs/client, batching on, as `coord bench lock` uses it) against a Connect LockService in
+// (libs/client, batching on, as `coordbench lock` uses it) against a Connect LockService in
 // a process of its own whose Acquire, Release and Batch do nothing but answer, next to
 // go-redsync on a real Redis in the same run. Whatever a real service does (Redis, SQL,
 // events, metrics) comes on top of this hop, in series: in a closed loop of N callers,
@@ -232,7 +232,7 @@ func main() {
 	defer rdb.Close()
 	rs := redsync.New(goredsync.NewPool(rdb))
 	redsyncPair := func(ctx context.Context, key string) error {
-		// as cmd/coord/benchlock.go's openRedsync, with its benchTTL
+		// as tools/bench/benchlock.go's openRedsync, with its benchTTL
 		m := rs.NewMutex(key, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
 		if err := m.LockContext(ctx); err != nil {
 			return err
