@@ -1,7 +1,7 @@
 # The two commands a newcomer needs: `make run` and `make test`. Everything else is here for
 # the people changing coordkit.
 
-MODULES := proto libs services/lock services/idgen services/taskpick cmd/coord e2e tools/bench
+MODULES := libs/client libs services/lock services/idgen services/taskpick cmd/coord e2e tools/bench
 PKGS    := github.com/coordkit/coordkit/...
 
 # buf is the prebuilt binary from the npm registry, its version and integrity pinned by
@@ -76,26 +76,34 @@ endif
 lint: buf
 	cd proto && $(BUF) lint
 
-## generate: regenerate proto/gen after changing a .proto file
+## generate: regenerate libs/client/gen (the SDK module's generated code) after changing a .proto file
 generate: buf
 	cd proto && $(BUF) generate
 
-## check-generated: fail when proto/gen differs from what the .proto files generate
+## check-generated: fail when libs/client/gen differs from what the .proto files generate
+# buf.gen.yaml writes to ../libs/client/gen, so under --output "$$tmp/proto" it lands in $$tmp/libs/client/gen.
 check-generated: buf
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	(cd proto && $(BUF) generate --output "$$tmp") && \
-	if ! diff -r "$$tmp/gen" proto/gen >/dev/null; then \
-		diff -r "$$tmp/gen" proto/gen | head -40; \
-		echo "proto/gen is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	(cd proto && $(BUF) generate --output "$$tmp/proto") && \
+	if ! diff -r "$$tmp/libs/client/gen" libs/client/gen >/dev/null; then \
+		diff -r "$$tmp/libs/client/gen" libs/client/gen | head -40; \
+		echo "libs/client/gen is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 
 vet:
 	go vet $(PKGS)
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
-## standalone: every module builds on its own (GOWORK=off), as a Docker build would
+## standalone: every module builds on its own (GOWORK=off), as a Docker build would, and the SDK module needs nothing of the server's
+# libs/client is what `go get` hands a user: it may require no other coordkit module (a user
+# cannot fetch their placeholder versions), no replace (a user's build ignores it) and no server
+# dependency (NATS, SQL drivers, Redis, Prometheus).
+SDK_FORBIDDEN := github.com/coordkit/|nats|sqlite|mysql|redis|prometheus|zookeeper
 standalone:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go build ./...) || exit 1; done
+	@deps=$$(cd libs/client && GOWORK=off go list -m -f '{{if not .Main}}{{.Path}}{{with .Replace}} => {{.Path}}{{end}}{{end}}' all) || exit 1; \
+	bad=$$(echo "$$deps" | grep -E '$(SDK_FORBIDDEN)| => '); \
+	if [ -n "$$bad" ]; then echo "the SDK module (libs/client) must not depend on:" $$bad >&2; exit 1; fi
 
 ## bench: coordbench (tools/bench, its own module): every benchmark below with its peers, shorter runs (about 4 minutes), into docs/benchmarks.md with the machine, commit and date
 bench: backends

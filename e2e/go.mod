@@ -4,7 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/coordkit/coordkit/libs => ../libs
-	github.com/coordkit/coordkit/proto => ../proto
+	github.com/coordkit/coordkit/libs/client => ../libs/client
 )
 
 require (
@@ -12,7 +12,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
-	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
+	github.com/coordkit/coordkit/libs/client v0.0.0-00010101000000-000000000000
 	github.com/distribution/reference v0.5.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/redis/go-redis/v9 v9.23.0

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/libs/testenv"
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 )
 
 // idModes are the numeric ID modes: each promises unique IDs across instances and strictly

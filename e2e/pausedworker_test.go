@@ -11,8 +11,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 )
 
 // pausedTasks is how many task leases the paused worker holds in each pool: one trial each.

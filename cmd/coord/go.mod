@@ -4,7 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/coordkit/coordkit/libs => ../../libs
-	github.com/coordkit/coordkit/proto => ../../proto
+	github.com/coordkit/coordkit/libs/client => ../../libs/client
 	github.com/coordkit/coordkit/services/idgen => ../../services/idgen
 	github.com/coordkit/coordkit/services/lock => ../../services/lock
 	github.com/coordkit/coordkit/services/taskpick => ../../services/taskpick
@@ -16,7 +16,7 @@ require (
 	connectrpc.com/connect v1.21.1
 	connectrpc.com/grpchealth v1.4.0
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
-	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
+	github.com/coordkit/coordkit/libs/client v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/idgen v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/lock v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/taskpick v0.0.0-00010101000000-000000000000

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 )
 
 // modeNames maps the CLI's mode names to the API's.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/coordkit/coordkit/libs/client/subject"
 	"github.com/coordkit/coordkit/libs/event"
-	"github.com/coordkit/coordkit/libs/event/subject"
 	"github.com/coordkit/coordkit/libs/testenv"
 )
 

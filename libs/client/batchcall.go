@@ -10,7 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/coordkit/coordkit/libs/batch"
+	"github.com/coordkit/coordkit/libs/client/batch"
 )
 
 // batchBytes caps the encoded operations of one Batch call the SDK sends: half the service's

@@ -19,9 +19,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
 
 // Client calls coordkit services at one base URL. It is safe for concurrent use.

@@ -8,8 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 )
 
 // Block sizes of IDs: how many IDs one call to the ID service fetches.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 )
 
 // TestIDBlocksDoNotGrowWhenUsedUpSlowly: the other half of TestIDBlocksGrowWhileUsedUpFast,

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
 )
 
 // lockBatchLimit caps the operations of one Batch call the SDK sends: far below the

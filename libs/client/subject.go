@@ -1,8 +1,8 @@
 package client
 
 import (
-	"github.com/coordkit/coordkit/libs/event/subject"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/subject"
 )
 
 // LockSubject is the NATS subject on which the service publishes kind's events about key of

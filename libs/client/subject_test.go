@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/coordkit/coordkit/libs/client"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 func ExampleLockSubject() {

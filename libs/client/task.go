@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
 
 // Tasks is the raw task-pick API, for callers that manage leases themselves (like the CLI).

@@ -6,8 +6,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
 
 // taskBatchLimit caps the operations of one Batch call the SDK sends, as lockBatchLimit does;

@@ -4,7 +4,7 @@ import (
 	"context"
 	"iter"
 
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 // Watch streams the events of one lock (req.Key; the first message is its state) or of every

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
 )
 
 // TestSafetyMargin pins the documented margin: ttl/10, at least 50ms, at most 1s, never more

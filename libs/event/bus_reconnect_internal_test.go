@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 // TestPublishBufferedWhileEmbeddedReconnects: Publish's contract is that while NATS is

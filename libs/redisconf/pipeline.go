@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordkit/coordkit/libs/batch"
+	"github.com/coordkit/coordkit/libs/client/batch"
 )
 
 // pipelineInFlight is how many pipelines one Pipelined client keeps in flight before

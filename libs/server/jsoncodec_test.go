@@ -12,11 +12,11 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/testenv"
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 )
 
 // Procedures of the codec tests: each accepts one real request type of the services and

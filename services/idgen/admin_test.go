@@ -7,8 +7,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 )
 
 // TestTagAdmin runs a tag's life through the API on both stores with two instances: update,

@@ -4,13 +4,13 @@ go 1.26.0
 
 replace (
 	github.com/coordkit/coordkit/libs => ../../libs
-	github.com/coordkit/coordkit/proto => ../../proto
+	github.com/coordkit/coordkit/libs/client => ../../libs/client
 )
 
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
-	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
+	github.com/coordkit/coordkit/libs/client v0.0.0-00010101000000-000000000000
 	github.com/google/uuid v1.6.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0

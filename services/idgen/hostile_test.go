@@ -7,8 +7,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 )
 
 // TestHostileInput sends what curl users and attackers send: megabyte values, enum numbers

@@ -8,9 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/services/idgen"
 )
 

@@ -14,8 +14,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/coordkit/coordkit/libs/client"
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/services/idgen"
 )
 

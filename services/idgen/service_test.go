@@ -11,9 +11,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/libs/testenv"
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
 )
 

@@ -5,8 +5,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/server"
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/services/idgen/block"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 )

@@ -7,8 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	idgenv1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
 )
 
 // FuzzParseNext checks that request validation never panics, rejects with invalid_argument

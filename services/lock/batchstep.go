@@ -3,8 +3,8 @@ package lock
 import (
 	"context"
 
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/libs/server"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
 // batchStep is one operation of a Batch, checked and ready for its backend: the Step it takes

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 // expiryLag bounds how long after a lease's end its expired event may come in these tests.

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 // behaviours is the conformance suite: every backend in backends must pass every row.

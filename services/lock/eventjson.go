@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 // appendEventJSON appends ev in its protobuf JSON form, as protojson.Marshal writes it (field

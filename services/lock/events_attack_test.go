@@ -16,9 +16,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/subject"
 	"github.com/coordkit/coordkit/libs/event"
-	"github.com/coordkit/coordkit/libs/event/subject"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/services/lock"
 )
 

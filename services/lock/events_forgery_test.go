@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/subject"
 	"github.com/coordkit/coordkit/libs/event"
-	"github.com/coordkit/coordkit/libs/event/subject"
 	"github.com/coordkit/coordkit/libs/testenv"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/services/lock"
 )
 

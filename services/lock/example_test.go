@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/sqldb"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/sqllock"
 )

@@ -4,7 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/coordkit/coordkit/libs => ../../libs
-	github.com/coordkit/coordkit/proto => ../../proto
+	github.com/coordkit/coordkit/libs/client => ../../libs/client
 	// v1.0.4 with one data race fixed: see third_party/go-zookeeper/zk/COORDKIT.md
 	github.com/go-zookeeper/zk => ../../third_party/go-zookeeper/zk
 )
@@ -12,7 +12,7 @@ replace (
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
-	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
+	github.com/coordkit/coordkit/libs/client v0.0.0-00010101000000-000000000000
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/prometheus/client_golang v1.25.0

@@ -10,8 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/services/lock/sqllock"
 )
 

@@ -12,11 +12,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 )
 
 // Config configures a Service.

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
 // FuzzParseAcquire checks that request validation never panics, rejects with

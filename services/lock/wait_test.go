@@ -10,7 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/services/lock"
 )
 

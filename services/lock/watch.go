@@ -8,8 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/libs/server"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
 // watchBuffer is how many events a watcher may leave unsent before its stream is ended: a

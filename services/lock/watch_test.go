@@ -12,10 +12,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
+	"github.com/coordkit/coordkit/libs/client/subject"
 	"github.com/coordkit/coordkit/libs/event"
-	"github.com/coordkit/coordkit/libs/event/subject"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 )
 
 // watchStream opens a Watch on c's service and returns its messages on a channel, closed

@@ -9,7 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/coordkit/coordkit/libs/client"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 // The watchdog renews a held lock for as long as the work under it runs, and ends the work's

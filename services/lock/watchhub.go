@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/coordkit/coordkit/libs/event/subject"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/subject"
 	"github.com/coordkit/coordkit/libs/server"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
 // watchHub fans lock events out to the Watch streams of this instance. Watchers share one

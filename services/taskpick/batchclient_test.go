@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordkit/coordkit/libs/client"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/libs/testenv"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
 
 // The SDK's batching of task calls (libs/client), against the real service and backends:

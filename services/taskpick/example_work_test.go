@@ -12,9 +12,9 @@ import (
 	"sync"
 
 	"github.com/coordkit/coordkit/libs/client"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/libs/server"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"
 )

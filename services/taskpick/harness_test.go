@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/libs/event"
 	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/redistask"
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"

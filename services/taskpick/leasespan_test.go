@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 )
 
 // TestLeaseSpan: Pick and Extend report the lease's end as a span (expires_after) from when

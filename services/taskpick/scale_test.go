@@ -15,8 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
 
 // TestSeedsScenarioAtScale is the seeds' "A and B grab the same task" at scale: 2 instances ×

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/testenv"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/redistask"
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"

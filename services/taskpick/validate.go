@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/server"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 )
 
 // Limits on requests, checked at the edge before any backend is touched. Pools and ids follow

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/coordkit/coordkit/libs/event/subject"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/libs/client/subject"
 )
 
 // Waiting Picks. A Pick with wait registers in this instance's line for its (backend, pool)

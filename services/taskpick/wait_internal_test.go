@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordkit/coordkit/libs/event/subject"
+	"github.com/coordkit/coordkit/libs/client/subject"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 )
 
 // TestAvailableCountWakes: an available event for n tasks, in the form the bus publishes it

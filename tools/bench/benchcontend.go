@@ -24,9 +24,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/event"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
 // contendPeer is the library every service target of `coordbench contend` is compared with.

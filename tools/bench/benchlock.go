@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordkit/coordkit/libs/client"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/libs/service"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
 )
 
 // Names of the things `coordbench lock` can measure.

@@ -7,7 +7,7 @@ go 1.26.0
 
 replace (
 	github.com/coordkit/coordkit/libs => ../../libs
-	github.com/coordkit/coordkit/proto => ../../proto
+	github.com/coordkit/coordkit/libs/client => ../../libs/client
 	github.com/coordkit/coordkit/services/idgen => ../../services/idgen
 	github.com/coordkit/coordkit/services/lock => ../../services/lock
 	github.com/coordkit/coordkit/services/taskpick => ../../services/taskpick
@@ -19,7 +19,7 @@ require (
 	connectrpc.com/connect v1.21.1
 	github.com/bwmarrin/snowflake v0.3.0
 	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
-	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
+	github.com/coordkit/coordkit/libs/client v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/idgen v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/lock v0.0.0-00010101000000-000000000000
 	github.com/coordkit/coordkit/services/taskpick v0.0.0-00010101000000-000000000000

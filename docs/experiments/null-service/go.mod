@@ -3,13 +3,11 @@ module coordkit.dev/experiments/nullservice
 go 1.26.0
 
 replace (
-	github.com/coordkit/coordkit/libs => ../../../libs
-	github.com/coordkit/coordkit/proto => ../../../proto
+	github.com/coordkit/coordkit/libs/client => ../../../libs/client
 )
 
 require (
-	github.com/coordkit/coordkit/libs v0.0.0-00010101000000-000000000000
-	github.com/coordkit/coordkit/proto v0.0.0-00010101000000-000000000000
+	github.com/coordkit/coordkit/libs/client v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 )

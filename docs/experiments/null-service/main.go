@@ -33,8 +33,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordkit/coordkit/libs/client"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
 )
 
 // null answers every operation at once, as a real service answers an uncontended pair;

@@ -33,7 +33,7 @@ import (
 
 	"github.com/coordkit/coordkit/e2e/testdata/pausing"
 	"github.com/coordkit/coordkit/libs/client"
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 // lease is one held lock and what its checks said.

@@ -32,7 +32,7 @@ import (
 
 	"github.com/coordkit/coordkit/e2e/testdata/pausing"
 	"github.com/coordkit/coordkit/libs/client"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 )
 
 // lease is one held task and what its checks said.

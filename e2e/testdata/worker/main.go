@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/libs/client"
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/sqldb"
-	taskpickv1 "github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1"
 )
 
 type config struct {

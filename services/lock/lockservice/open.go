@@ -10,9 +10,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/service"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/redislock"
 	"github.com/coordkit/coordkit/services/lock/redlock"

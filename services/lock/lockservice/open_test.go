@@ -7,10 +7,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/services/lock/lockservice"
 	"github.com/coordkit/coordkit/services/lock/sqllock"
 )

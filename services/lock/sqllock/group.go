@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"slices"
 
-	"github.com/coordkit/coordkit/libs/batch"
+	"github.com/coordkit/coordkit/libs/client/batch"
 )
 
 // Group commit. On an engine whose write transactions lock the whole database (SQLite, see

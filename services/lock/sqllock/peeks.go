@@ -6,7 +6,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/coordkit/coordkit/libs/batch"
+	"github.com/coordkit/coordkit/libs/client/batch"
 )
 
 // Batched plain reads. Most operations begin with a plain read of their key's row (peek):

@@ -95,7 +95,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordkit/coordkit/libs/batch"
+	"github.com/coordkit/coordkit/libs/client/batch"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/lock"
 )

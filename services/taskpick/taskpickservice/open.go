@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/service"
-	"github.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1/taskpickv1connect"
 	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/redistask"
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"

@@ -1070,9 +1070,9 @@ const file_coordkit_idgen_v1_idgen_proto_rawDesc = "" +
 	"\tCreateTag\x12#.coordkit.idgen.v1.CreateTagRequest\x1a$.coordkit.idgen.v1.CreateTagResponse\"\x00\x12U\n" +
 	"\bListTags\x12\".coordkit.idgen.v1.ListTagsRequest\x1a#.coordkit.idgen.v1.ListTagsResponse\"\x00\x12X\n" +
 	"\tUpdateTag\x12#.coordkit.idgen.v1.UpdateTagRequest\x1a$.coordkit.idgen.v1.UpdateTagResponse\"\x00\x12X\n" +
-	"\tDeleteTag\x12#.coordkit.idgen.v1.DeleteTagRequest\x1a$.coordkit.idgen.v1.DeleteTagResponse\"\x00B\xcb\x01\n" +
+	"\tDeleteTag\x12#.coordkit.idgen.v1.DeleteTagRequest\x1a$.coordkit.idgen.v1.DeleteTagResponse\"\x00B\xd1\x01\n" +
 	"\x15com.coordkit.idgen.v1B\n" +
-	"IdgenProtoP\x01Z@github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1;idgenv1\xa2\x02\x03CIX\xaa\x02\x11Coordkit.Idgen.V1\xca\x02\x11Coordkit\\Idgen\\V1\xe2\x02\x1dCoordkit\\Idgen\\V1\\GPBMetadata\xea\x02\x13Coordkit::Idgen::V1b\x06proto3"
+	"IdgenProtoP\x01ZFgithub.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1;idgenv1\xa2\x02\x03CIX\xaa\x02\x11Coordkit.Idgen.V1\xca\x02\x11Coordkit\\Idgen\\V1\xe2\x02\x1dCoordkit\\Idgen\\V1\\GPBMetadata\xea\x02\x13Coordkit::Idgen::V1b\x06proto3"
 
 var (
 	file_coordkit_idgen_v1_idgen_proto_rawDescOnce sync.Once

@@ -9,7 +9,7 @@ package subject
 import (
 	"strings"
 
-	lockv1 "github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1"
+	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 )
 
 // LockPrefix starts every lock event subject.

@@ -2314,8 +2314,8 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x05Stats\x12\".coordkit.taskpick.v1.StatsRequest\x1a#.coordkit.taskpick.v1.StatsResponse\"\x00\x12[\n" +
 	"\bListDead\x12%.coordkit.taskpick.v1.ListDeadRequest\x1a&.coordkit.taskpick.v1.ListDeadResponse\"\x00\x12X\n" +
 	"\aRequeue\x12$.coordkit.taskpick.v1.RequeueRequest\x1a%.coordkit.taskpick.v1.RequeueResponse\"\x00\x12R\n" +
-	"\x05Batch\x12\".coordkit.taskpick.v1.BatchRequest\x1a#.coordkit.taskpick.v1.BatchResponse\"\x00B\xe3\x01\n" +
-	"\x18com.coordkit.taskpick.v1B\rTaskpickProtoP\x01ZFgithub.com/coordkit/coordkit/proto/gen/coordkit/taskpick/v1;taskpickv1\xa2\x02\x03CTX\xaa\x02\x14Coordkit.Taskpick.V1\xca\x02\x14Coordkit\\Taskpick\\V1\xe2\x02 Coordkit\\Taskpick\\V1\\GPBMetadata\xea\x02\x16Coordkit::Taskpick::V1b\x06proto3"
+	"\x05Batch\x12\".coordkit.taskpick.v1.BatchRequest\x1a#.coordkit.taskpick.v1.BatchResponse\"\x00B\xe9\x01\n" +
+	"\x18com.coordkit.taskpick.v1B\rTaskpickProtoP\x01ZLgithub.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1;taskpickv1\xa2\x02\x03CTX\xaa\x02\x14Coordkit.Taskpick.V1\xca\x02\x14Coordkit\\Taskpick\\V1\xe2\x02 Coordkit\\Taskpick\\V1\\GPBMetadata\xea\x02\x16Coordkit::Taskpick::V1b\x06proto3"
 
 var (
 	file_coordkit_taskpick_v1_taskpick_proto_rawDescOnce sync.Once

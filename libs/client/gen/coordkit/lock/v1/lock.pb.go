@@ -1535,8 +1535,8 @@ const file_coordkit_lock_v1_lock_proto_rawDesc = "" +
 	"\x05Renew\x12\x1e.coordkit.lock.v1.RenewRequest\x1a\x1f.coordkit.lock.v1.RenewResponse\"\x00\x12P\n" +
 	"\aInspect\x12 .coordkit.lock.v1.InspectRequest\x1a!.coordkit.lock.v1.InspectResponse\"\x00\x12L\n" +
 	"\x05Watch\x12\x1e.coordkit.lock.v1.WatchRequest\x1a\x1f.coordkit.lock.v1.WatchResponse\"\x000\x01\x12J\n" +
-	"\x05Batch\x12\x1e.coordkit.lock.v1.BatchRequest\x1a\x1f.coordkit.lock.v1.BatchResponse\"\x00B\xc3\x01\n" +
-	"\x14com.coordkit.lock.v1B\tLockProtoP\x01Z>github.com/coordkit/coordkit/proto/gen/coordkit/lock/v1;lockv1\xa2\x02\x03CLX\xaa\x02\x10Coordkit.Lock.V1\xca\x02\x10Coordkit\\Lock\\V1\xe2\x02\x1cCoordkit\\Lock\\V1\\GPBMetadata\xea\x02\x12Coordkit::Lock::V1b\x06proto3"
+	"\x05Batch\x12\x1e.coordkit.lock.v1.BatchRequest\x1a\x1f.coordkit.lock.v1.BatchResponse\"\x00B\xc9\x01\n" +
+	"\x14com.coordkit.lock.v1B\tLockProtoP\x01ZDgithub.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1;lockv1\xa2\x02\x03CLX\xaa\x02\x10Coordkit.Lock.V1\xca\x02\x10Coordkit\\Lock\\V1\xe2\x02\x1cCoordkit\\Lock\\V1\\GPBMetadata\xea\x02\x12Coordkit::Lock::V1b\x06proto3"
 
 var (
 	file_coordkit_lock_v1_lock_proto_rawDescOnce sync.Once

@@ -1,4 +1,4 @@
-package client
+package testenv_test
 
 import (
 	"os"
@@ -6,12 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/testenv"
 )
 
 // TestLoadTLSConfig: a CA file is trusted instead of the system's roots, and every file that
 // cannot be used is an error naming what is wrong. The client side against a real TLS server
-// with tokens is tested through the CLI (cmd/coord TestCLITLSAndToken).
+// with tokens is tested through the CLI (cmd/coord TestCLITLSAndToken). The test lives beside
+// NewTLSCerts so that the SDK module (libs/client) needs nothing of the test environment's.
 func TestLoadTLSConfig(t *testing.T) {
 	t.Parallel()
 	certs := testenv.NewTLSCerts(t)
@@ -33,7 +35,7 @@ func TestLoadTLSConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := LoadTLSConfig(tt.ca, tt.cert, tt.key)
+			cfg, err := client.LoadTLSConfig(tt.ca, tt.cert, tt.key)
 			if tt.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.want) {
 					t.Fatalf("LoadTLSConfig = %v, want an error with %q", err, tt.want)

@@ -10,7 +10,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	v1 "github.com/coordkit/coordkit/proto/gen/coordkit/idgen/v1"
+	v1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	http "net/http"
 	strings "strings"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/coordkit/coordkit/libs/event/subject"
+	"github.com/coordkit/coordkit/libs/client/subject"
 )
 
 func TestToken(t *testing.T) {

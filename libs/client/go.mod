@@ -1,4 +1,4 @@
-module github.com/coordkit/coordkit/proto
+module github.com/coordkit/coordkit/libs/client
 
 go 1.26.0
 
