@@ -114,7 +114,7 @@ func TestChaos(t *testing.T) {
 		// With the SDK's long waits, a killed instance's waiter nodes hold the line until its
 		// ZooKeeper session expires (zklock.DefaultSessionTimeout, 10s), as in every
 		// ZooKeeper lock recipe (Curator's too): the bound is the session timeout, not the ttl
-		// (documented in the README's ZooKeeper section).
+		// (documented in docs/backends.md, ZooKeeper).
 		{name: "kill/zookeeper/long-wait", backend: "zookeeper", instances: 3, setup: kill(zkArgs), wait: 30 * time.Second,
 			serve: zkSessionTimeout + chaosServeSlack},
 		{name: "kill/mysql", backend: "mysql", instances: 3, setup: kill(mysqlArgs)},

@@ -219,8 +219,8 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	srv := server.New(scfg)
 	cfg.nats.serveTLS = scfg.TLS
 	// Steps of this process's wall clock: the backends that keep their own clock (redis,
-	// mysql, zookeeper) time leases by it, not by coordkit's steady clock; see the README's
-	// clock assumptions.
+	// mysql, zookeeper) time leases by it, not by coordkit's steady clock; see "Clocks" in
+	// docs/backends.md.
 	stopWatch, err := clock.Watch(clock.WatchConfig{Logger: logger, Registerer: srv.Registry()})
 	if err != nil {
 		return fail(fmt.Errorf("clock watch: %w", err))

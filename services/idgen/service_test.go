@@ -201,7 +201,7 @@ func checkUUIDs(v uuid.Version) func(t *testing.T, ids []string, call window) {
 	}
 }
 
-// snowflakeID is a snowflake taken apart by the layout the README documents: a zero sign
+// snowflakeID is a snowflake taken apart by the layout docs/api.md documents: a zero sign
 // bit, 41 bits of milliseconds since 2026-01-01T00:00:00Z, 10 bits of worker id, 12 bits of
 // sequence. It is worked out here, not with package snowflake, so that a layout bug shared by
 // encoding and decoding still shows.

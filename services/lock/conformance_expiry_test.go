@@ -16,7 +16,7 @@ import (
 const expiryLag = 4 * time.Second
 
 // reportsExpiries says whether bc's engine publishes expired events. Redlock does not: no
-// single step on its independent nodes can decide "exactly once" (see the README).
+// single step on its independent nodes can decide "exactly once" (see docs/events.md).
 func reportsExpiries(bc backendCase) bool { return bc.name != "redlock" }
 
 // collectEvents gathers every event from ch for d, by kind and fencing token.

@@ -5,7 +5,7 @@
 //
 //	go test -tags redlock_attack -race -run Attack ./services/lock/redlock/
 //
-// Known open (see the README's Redlock section): a lease that lives on exactly a majority
+// Known open (see Redlock in docs/backends.md): a lease that lives on exactly a majority
 // (a node was down when it was taken) loses exclusion to one more node's drift or data loss
 // under faults.
 

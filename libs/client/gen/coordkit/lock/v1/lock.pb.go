@@ -929,7 +929,7 @@ func (x *WatchResponse) GetEvent() *LockEvent {
 
 // LockEvent is published on NATS after a change to a lock is committed, on the subject
 // coordkit.lock.v1.<kind>.<backend>.<key token> (kind is acquired, released or expired; see
-// the README for the key token), in its protobuf JSON form. It never carries an owner secret.
+// docs/events.md for the key token), in its protobuf JSON form. It never carries an owner secret.
 type LockEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The lock's key.
