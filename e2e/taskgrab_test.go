@@ -23,7 +23,7 @@ const (
 	grabHangAfter   = 5
 )
 
-// TestTaskGrab is the seeds' "A and B grab the same task" at scale: 300 tasks put once into
+// TestTaskGrab is the classic "A and B grab the same task" scenario at scale: 300 tasks put once into
 // a pool shared by 3 coord instances; worker processes on different instances pick at random
 // and do each task with a write guarded by its lease token, then ack. One worker is killed
 // with SIGKILL while it holds leases it never acks. It attacks the atomic pick (two workers

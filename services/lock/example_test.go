@@ -70,7 +70,7 @@ var errStaleToken = errors.New("shop: stale fencing token")
 
 // shop is the flash sale's inventory database: a row per SKU with the stock left and the
 // highest fencing token a write carried. Selling is deliberately a read, a slow moment and a
-// write back, as in the seeds, so two buyers inside at once both sell the same item: only the
+// write back, as in the classic flash-sale scenario, so two buyers inside at once both sell the same item: only the
 // lock keeps them apart. The write itself is the guarded write: it refuses a token older than
 // the last accepted, so a holder whose lease ran out mid-sale cannot overwrite its successor.
 type shop struct{ db *sql.DB }
@@ -126,7 +126,7 @@ func buy(ctx context.Context, c *client.Client, s *shop) (string, error) {
 	return "order", nil
 }
 
-// The seeds' flash sale: 3 iphones in stock, 10 buyers on two app instances, each talking to
+// The classic flash sale: 3 iphones in stock, 10 buyers on two app instances, each talking to
 // its own lock service instance (one over Connect, one over gRPC) and its own connection to
 // the inventory database. Selling reads the stock and writes it back a moment later, so
 // without the lock several buyers would read the same stock and sell one iphone several

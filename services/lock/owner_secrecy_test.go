@@ -75,7 +75,7 @@ func testHolderIDPerLease(t *testing.T, bc backendCase) {
 	}
 }
 
-// testOwnerGuessUnconfirmable is the attack of issue 10: an attacker who sees a holder id
+// testOwnerGuessUnconfirmable is the owner-guessing attack: an attacker who sees a holder id
 // (Inspect, Watch, events) guesses the owner and hashes the guess with every public
 // construction it can think of, the one this service once used among them. None may give
 // the holder id, and an anonymous release with anything derived from the id is refused.

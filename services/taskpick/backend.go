@@ -1,5 +1,5 @@
 // Package taskpick is coordkit's task-pick service: pools of tasks that workers pick under
-// leases, so two workers never hold one task at once (the seeds' "A and B grab the same task"),
+// leases, so two workers never hold one task at once (the classic "A and B grab the same task"),
 // finished with fenced acks and recovered when a worker dies. The Connect handler, the Backend
 // interface, waiting picks and the recovery sweeper live here; engines live in subpackages
 // (redistask on Redis, sqltask on MySQL/MariaDB and SQLite).

@@ -19,11 +19,11 @@ import (
 	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
 )
 
-// TestSeedsScenarioAtScale is the seeds' "A and B grab the same task" at scale: 2 instances ×
+// TestTaskGrabAtScale is the classic "A and B grab the same task" scenario at scale: 2 instances ×
 // 32 workers pick 10,000 tasks at random. Every task must be acked exactly once and never be
 // held by two leases at once: with a 30s ttl no lease expires, so any second pick of a task
 // is a double grab.
-func TestSeedsScenarioAtScale(t *testing.T) {
+func TestTaskGrabAtScale(t *testing.T) {
 	const tasks, workers = 10000, 32
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {

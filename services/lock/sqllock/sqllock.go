@@ -1,4 +1,4 @@
-// Package sqllock is the lock backend on a SQL database, following the seeds' unique-key
+// Package sqllock is the lock backend on a SQL database, following the classic unique-key
 // method: one row per key (the primary key makes two holders impossible) with owner, hold
 // count, fencing token, expiry and the lease's own ttl. Every operation is one short
 // transaction that locks the key's row, decides in Go and writes back: no transaction is

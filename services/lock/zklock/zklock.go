@@ -1,5 +1,5 @@
-// Package zklock is the lock backend on a ZooKeeper ensemble, following the seeds' recipe and
-// fixing what it leaves out.
+// Package zklock is the lock backend on a ZooKeeper ensemble, following ZooKeeper's lock recipe
+// (ephemeral sequential nodes, each waiter watching the one ahead) and fixing what it leaves out.
 //
 // Every key has a parent node under Root (the key base64url-encoded), a container node that
 // the ensemble (3.5.3 or later) removes once its line is empty; every acquisition adds an

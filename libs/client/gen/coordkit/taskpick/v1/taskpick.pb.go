@@ -32,7 +32,7 @@ type Order int32
 const (
 	// Unset means ORDER_FIFO.
 	Order_ORDER_UNSPECIFIED Order = 0
-	// Uniformly at random among the available tasks: the seeds' random pick, and what spreads
+	// Uniformly at random among the available tasks: the task-grab scenario's random pick, and what spreads
 	// many workers over a pool without contention.
 	Order_ORDER_RANDOM Order = 1
 	// The task that became available first (put, due, or given back) first.
