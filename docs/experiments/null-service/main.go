@@ -9,7 +9,7 @@
 // clients on this machine. With -redis-step the service first runs, per request, the Redis
 // commands redsync sends for its operations (SET NX PX, a compare-and-delete script) as one
 // pipeline: the least backend work a service could add, and so a ceiling for any real one.
-// It was written for issue 12; see "Batching" in docs/architecture.md.
+// Its results are in docs/benchmarks.md, "Batching: what was measured while designing it".
 //
 //	GOWORK=off go run . -clients 1,16,64 [-redis-step]
 package main

@@ -10,7 +10,8 @@
 //
 // Client and server share this process, so the CPU per operation is both sides' together.
 // It was written to decide whether a long-lived stream from the SDK could bring the lock
-// service to redsync's throughput (issue 12); see "Batching" in docs/architecture.md.
+// service to redsync's throughput; its results are in docs/benchmarks.md, "Batching: what
+// was measured while designing it".
 //
 //	GOWORK=off go run . -mode unary -clients 16
 package main
