@@ -47,10 +47,13 @@ wait-ready:
 # that a failure's cause is in the last lines of a long log; a race that only a child process
 # logged (its test passed) fails the run with status 66. Our log_path comes last in GORACE so
 # it wins over one the caller set (the check would silently see nothing otherwise).
+# -parallel 6: most tests wait on backends, timers and child processes rather than compute, and
+# the default (GOMAXPROCS, 2 here) left services/lock's tests running two at a time: 508 s
+# of mostly idle waiting, against 183 s with six.
 test: backends lint check-generated vet standalone
 	@races=$$(mktemp -d) || exit 1; trap 'rm -rf "$$races"' EXIT; \
-	echo "GORACE=\"$$GORACE log_path=$$races/race\" go test -race -count=1 -timeout 14m $(PKGS)"; \
-	GORACE="$$GORACE log_path=$$races/race" go test -race -count=1 -timeout 14m $(PKGS); status=$$?; \
+	echo "GORACE=\"$$GORACE log_path=$$races/race\" go test -race -count=1 -parallel 6 -timeout 14m $(PKGS)"; \
+	GORACE="$$GORACE log_path=$$races/race" go test -race -count=1 -parallel 6 -timeout 14m $(PKGS); status=$$?; \
 	for f in "$$races"/race.*; do \
 		[ -s "$$f" ] || continue; echo "=== data race report ($$f) ==="; head -c 30000 "$$f"; \
 		[ $$status -ne 0 ] || status=66; \
