@@ -47,19 +47,10 @@ wait-ready:
 # that a failure's cause is in the last lines of a long log; a race that only a child process
 # logged (its test passed) fails the run with status 66. Our log_path comes last in GORACE so
 # it wins over one the caller set (the check would silently see nothing otherwise).
-# The package tests run six at a time (-parallel 6): most wait on backends, timers and child
-# processes rather than compute, and the default (GOMAXPROCS, 2 here) left services/lock's
-# tests running two at a time: 508 s of mostly idle waiting, against 183 s with six. e2e runs
-# after them, alone and at the default: its instances are whole processes with 1 s leases that
-# a crowded machine starves.
-E2E_PKGS := github.com/coordkit/coordkit/e2e/...
 test: backends lint check-generated vet standalone
 	@races=$$(mktemp -d) || exit 1; trap 'rm -rf "$$races"' EXIT; \
-	pkgs=$$(go list $(PKGS) | grep -v '^github.com/coordkit/coordkit/e2e') || exit 1; \
-	echo "GORACE=\"$$GORACE log_path=$$races/race\" go test -race -count=1 -parallel 6 -timeout 14m <every package but e2e>"; \
-	GORACE="$$GORACE log_path=$$races/race" go test -race -count=1 -parallel 6 -timeout 14m $$pkgs; status=$$?; \
-	echo "GORACE=\"$$GORACE log_path=$$races/race\" go test -race -count=1 -timeout 14m $(E2E_PKGS)"; \
-	GORACE="$$GORACE log_path=$$races/race" go test -race -count=1 -timeout 14m $(E2E_PKGS) || status=$$?; \
+	echo "GORACE=\"$$GORACE log_path=$$races/race\" go test -race -count=1 -timeout 14m $(PKGS)"; \
+	GORACE="$$GORACE log_path=$$races/race" go test -race -count=1 -timeout 14m $(PKGS); status=$$?; \
 	for f in "$$races"/race.*; do \
 		[ -s "$$f" ] || continue; echo "=== data race report ($$f) ==="; head -c 30000 "$$f"; \
 		[ $$status -ne 0 ] || status=66; \
