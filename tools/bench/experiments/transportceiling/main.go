@@ -13,7 +13,7 @@
 // service to redsync's throughput; its results are in docs/benchmarks.md, "Batching: what
 // was measured while designing it".
 //
-//	GOWORK=off go run . -mode unary -clients 16
+//	go run ./tools/bench/experiments/transportceiling -mode unary -clients 16
 package main
 
 import (

@@ -11,7 +11,7 @@
 // pipeline: the least backend work a service could add, and so a ceiling for any real one.
 // Its results are in docs/benchmarks.md, "Batching: what was measured while designing it".
 //
-//	GOWORK=off go run . -clients 1,16,64 [-redis-step]
+//	go run ./tools/bench/experiments/nullservice -clients 1,16,64 [-redis-step]
 package main
 
 import (

@@ -1,3 +1,0 @@
-module coordkit.dev/experiments/transportceiling
-
-go 1.26
