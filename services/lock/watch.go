@@ -69,7 +69,7 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 	if key != "" {
 		st, err := b.Inspect(ctx, key)
 		if err != nil {
-			return toConnect(ctx, err)
+			return server.Error(ctx, err)
 		}
 		s.trackExpiry(name, key, st) // its expiry is announced while the watch lasts
 		if err := stream.Send(&lockv1.WatchResponse{State: stateToProto(key, name, st)}); err != nil {
