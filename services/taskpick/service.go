@@ -135,7 +135,6 @@ func (s *Service) Put(ctx context.Context, req *taskpickv1.PutRequest) (*taskpic
 		return nil, err
 	}
 	created, err := b.Put(ctx, req.GetPool(), tasks)
-	s.metrics.calls.WithLabelValues(name, "put", result(err)).Inc()
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
@@ -196,7 +195,6 @@ func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskp
 	secrets, digests := newLeases(n)
 	spec := PickSpec{N: n, TTL: ttl, Order: order, Digests: digests, MaxBytes: s.maxAnswer - answerSlack}
 	tasks, start, err := s.pick(ctx, name, b, req.GetPool(), spec, wait)
-	s.metrics.calls.WithLabelValues(name, "pick", result(err)).Inc()
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
@@ -224,9 +222,7 @@ func (s *Service) Ack(ctx context.Context, req *taskpickv1.AckRequest) (*taskpic
 	if err != nil {
 		return nil, err
 	}
-	err = b.Ack(ctx, req.GetPool(), req.GetId(), lease)
-	s.metrics.calls.WithLabelValues(name, "ack", result(err)).Inc()
-	if err != nil {
+	if err := b.Ack(ctx, req.GetPool(), req.GetId(), lease); err != nil {
 		return nil, server.Error(ctx, err)
 	}
 	s.count(name, "acked", 1)
@@ -248,7 +244,6 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 		return nil, err
 	}
 	dead, err := b.Nack(ctx, req.GetPool(), req.GetId(), lease, retry, cutReason(req.GetReason()))
-	s.metrics.calls.WithLabelValues(name, "nack", result(err)).Inc()
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
@@ -272,13 +267,11 @@ func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*t
 	if err != nil {
 		return nil, err
 	}
-	name, b, err := s.backend(req.GetBackend())
+	_, b, err := s.backend(req.GetBackend())
 	if err != nil {
 		return nil, err
 	}
-	err = b.Extend(ctx, req.GetPool(), req.GetId(), lease, ttl)
-	s.metrics.calls.WithLabelValues(name, "extend", result(err)).Inc()
-	if err != nil {
+	if err := b.Extend(ctx, req.GetPool(), req.GetId(), lease, ttl); err != nil {
 		return nil, server.Error(ctx, err)
 	}
 	return &taskpickv1.ExtendResponse{ExpiresAt: timestamppb.New(start.Add(ttl)), ExpiresAfter: leaseSpan(start.Add(ttl), start)}, nil
@@ -395,7 +388,6 @@ func (s *Service) Requeue(ctx context.Context, req *taskpickv1.RequeueRequest) (
 		return nil, err
 	}
 	done, err := b.Requeue(ctx, req.GetPool(), req.GetIds())
-	s.metrics.calls.WithLabelValues(name, "requeue", result(err)).Inc()
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
