@@ -2,7 +2,6 @@ package idgen
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"time"
@@ -195,7 +194,7 @@ func (s *Service) CreateTag(ctx context.Context, req *idgenv1.CreateTagRequest) 
 		return nil, err
 	}
 	if s.segments == nil {
-		return nil, errNoSegments
+		return nil, server.Error(ctx, errNoSegments)
 	}
 	t, err := s.segments.CreateTag(ctx, p.tag, p.start, p.step, p.description)
 	if err != nil {
@@ -212,7 +211,7 @@ func (s *Service) UpdateTag(ctx context.Context, req *idgenv1.UpdateTagRequest) 
 		return nil, err
 	}
 	if s.segments == nil {
-		return nil, errNoSegments
+		return nil, server.Error(ctx, errNoSegments)
 	}
 	t, err := s.segments.UpdateTag(ctx, p.tag, p.step, p.description)
 	if err != nil {
@@ -228,7 +227,7 @@ func (s *Service) DeleteTag(ctx context.Context, req *idgenv1.DeleteTagRequest) 
 		return nil, err
 	}
 	if s.segments == nil {
-		return nil, errNoSegments
+		return nil, server.Error(ctx, errNoSegments)
 	}
 	t, err := s.segments.DeleteTag(ctx, req.GetTag())
 	if err != nil {
@@ -239,13 +238,12 @@ func (s *Service) DeleteTag(ctx context.Context, req *idgenv1.DeleteTagRequest) 
 }
 
 // errNoSegments answers the tag RPCs on an instance without segment mode.
-var errNoSegments = connect.NewError(connect.CodeFailedPrecondition,
-	errors.New("tag: segment mode is not configured on this service"))
+var errNoSegments = server.NewError(connect.CodeFailedPrecondition, "tag: segment mode is not configured on this service")
 
 // ListTags implements IdServiceHandler.
 func (s *Service) ListTags(ctx context.Context, _ *idgenv1.ListTagsRequest) (*idgenv1.ListTagsResponse, error) {
 	if s.segments == nil {
-		return nil, errNoSegments
+		return nil, server.Error(ctx, errNoSegments)
 	}
 	tags, err := s.segments.Tags(ctx)
 	if err != nil {
