@@ -142,3 +142,75 @@ func TestEnded(t *testing.T) {
 		}
 	}
 }
+
+// errCoded is a domain's sentinel with its own code, as lock.ErrNotHeld is.
+var errCoded = NewError(connect.CodeFailedPrecondition, "domain: not held")
+
+// typedCoded is a domain's error type that carries its code, as segment.BelowTombstone does.
+type typedCoded struct{ at int }
+
+func (e *typedCoded) Error() string             { return fmt.Sprintf("domain: below %d", e.at) }
+func (e *typedCoded) ConnectCode() connect.Code { return connect.CodeAlreadyExists }
+
+// TestErrorCoded pins how Error answers an error that carries its own code: with that code
+// wherever it sits in the chain, and with its text as the message, even when it is joined
+// with a context's ending, a shutdown or an unavailable backend (it is the backend's answer,
+// as each service's own mapping gave it before Error knew codes). A context's ending, a
+// shutdown and an unavailable backend without a coded error keep their codes.
+func TestErrorCoded(t *testing.T) {
+	t.Parallel()
+	shutdown := endedCtx(ErrShutdown)
+	canceled := endedCtx(nil)
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		err     error
+		want    connect.Code
+		wantMsg string
+	}{
+		{"coded", context.Background(), errCoded, connect.CodeFailedPrecondition, "domain: not held"},
+		{"coded, wrapped", context.Background(), fmt.Errorf("release: %w", errCoded), connect.CodeFailedPrecondition, "release: domain: not held"},
+		{"coded, wrapped twice", context.Background(), fmt.Errorf("op: %w", fmt.Errorf("release: %w", errCoded)), connect.CodeFailedPrecondition, "op: release: domain: not held"},
+		{"coded type", context.Background(), fmt.Errorf("create: %w", &typedCoded{7}), connect.CodeAlreadyExists, "create: domain: below 7"},
+		{"coded joined with a cancellation", canceled, errors.Join(errCoded, context.Canceled), connect.CodeFailedPrecondition, ""},
+		{"cancellation joined with a coded error", canceled, errors.Join(context.Canceled, errCoded), connect.CodeFailedPrecondition, ""},
+		{"coded wrapping a cancellation", canceled, fmt.Errorf("%w: %w", errCoded, context.Canceled), connect.CodeFailedPrecondition, ""},
+		{"coded joined with a passed deadline", expiredCtx(t), errors.Join(errCoded, context.DeadlineExceeded), connect.CodeFailedPrecondition, ""},
+		{"coded joined with the shutdown's ctx.Err", shutdown, errors.Join(errCoded, shutdown.Err()), connect.CodeFailedPrecondition, ""},
+		{"coded joined with an unavailable backend", context.Background(), errors.Join(errDomain, errCoded), connect.CodeFailedPrecondition, ""},
+		{"coded on an ended request", shutdown, errCoded, connect.CodeFailedPrecondition, "domain: not held"},
+		{"coded unavailable", context.Background(), NewError(connect.CodeUnavailable, "domain: lease lost"), connect.CodeUnavailable, "domain: lease lost"},
+		{"a connect error wins over a coded error", context.Background(), errors.Join(connect.NewError(connect.CodeAborted, errors.New("x")), errCoded), connect.CodeAborted, ""},
+		{"no coded error: the shutdown's ctx.Err stays unavailable", shutdown, fmt.Errorf("release: %w", shutdown.Err()), connect.CodeUnavailable, ""},
+		{"no coded error: a cancellation stays canceled", canceled, fmt.Errorf("release: %w", context.Canceled), connect.CodeCanceled, ""},
+		{"no coded error: an unavailable backend stays unavailable", context.Background(), fmt.Errorf("release: %w", errDomain), connect.CodeUnavailable, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := Error(tt.ctx, tt.err)
+			if got := connect.CodeOf(err); got != tt.want {
+				t.Errorf("Error(%v) code = %v, want %v", tt.err, got, tt.want)
+			}
+			var ce *connect.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("Error(%v) = %T, want a *connect.Error", tt.err, err)
+			}
+			if tt.wantMsg != "" && ce.Message() != tt.wantMsg {
+				t.Errorf("Error(%v) message = %q, want %q", tt.err, ce.Message(), tt.wantMsg)
+			}
+			if code, ok := CodeOf(tt.err); ok && tt.ctx == context.Background() && code != tt.want {
+				t.Errorf("CodeOf(%v) = %v, want %v, as Error", tt.err, code, tt.want)
+			}
+			if !errors.Is(err, tt.err) {
+				t.Errorf("Error(%v) = %v, which does not wrap the error", tt.err, err)
+			}
+		})
+	}
+	if Ended(errCoded) || Ended(fmt.Errorf("w: %w", errCoded)) {
+		t.Error("Ended(coded error) = true, want false: a domain's answer is not an ending")
+	}
+	if other := NewError(connect.CodeFailedPrecondition, "domain: not held"); errors.Is(other, errCoded) {
+		t.Error("two sentinels of the same code and text are the same error; want each its own")
+	}
+}

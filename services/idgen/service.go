@@ -2,8 +2,6 @@ package idgen
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -162,7 +160,7 @@ func (s *Service) Next(ctx context.Context, req *idgenv1.NextRequest) (*idgenv1.
 		rs, err := src.ranges(ctx, small[:0], p.tag, p.count)
 		if err != nil {
 			s.metrics.errors.WithLabelValues(mode).Inc()
-			return nil, toConnect(ctx, err, p.tag)
+			return nil, server.Error(ctx, namingTag(err, p.tag))
 		}
 		if req.GetRanges() {
 			res.Ranges = rangesToProto(rs)
@@ -196,11 +194,11 @@ func (s *Service) CreateTag(ctx context.Context, req *idgenv1.CreateTagRequest) 
 		return nil, err
 	}
 	if s.segments == nil {
-		return nil, errNoSegments
+		return nil, server.Error(ctx, errNoSegments)
 	}
 	t, err := s.segments.CreateTag(ctx, p.tag, p.start, p.step, p.description)
 	if err != nil {
-		return nil, toConnect(ctx, err, p.tag)
+		return nil, server.Error(ctx, namingTag(err, p.tag))
 	}
 	s.log.InfoContext(ctx, "idgen: created segment tag", "tag", p.tag, "start", t.MaxID, "step", p.step)
 	return &idgenv1.CreateTagResponse{Tag: tagToProto(t)}, nil
@@ -213,11 +211,11 @@ func (s *Service) UpdateTag(ctx context.Context, req *idgenv1.UpdateTagRequest) 
 		return nil, err
 	}
 	if s.segments == nil {
-		return nil, errNoSegments
+		return nil, server.Error(ctx, errNoSegments)
 	}
 	t, err := s.segments.UpdateTag(ctx, p.tag, p.step, p.description)
 	if err != nil {
-		return nil, toConnect(ctx, err, p.tag)
+		return nil, server.Error(ctx, namingTag(err, p.tag))
 	}
 	s.log.InfoContext(ctx, "idgen: updated segment tag", "tag", p.tag, "step", t.Step)
 	return &idgenv1.UpdateTagResponse{Tag: tagToProto(t)}, nil
@@ -229,28 +227,27 @@ func (s *Service) DeleteTag(ctx context.Context, req *idgenv1.DeleteTagRequest) 
 		return nil, err
 	}
 	if s.segments == nil {
-		return nil, errNoSegments
+		return nil, server.Error(ctx, errNoSegments)
 	}
 	t, err := s.segments.DeleteTag(ctx, req.GetTag())
 	if err != nil {
-		return nil, toConnect(ctx, err, req.GetTag())
+		return nil, server.Error(ctx, namingTag(err, req.GetTag()))
 	}
 	s.log.InfoContext(ctx, "idgen: deleted segment tag", "tag", req.GetTag(), "max_id", t.MaxID)
 	return &idgenv1.DeleteTagResponse{Tag: tagToProto(t)}, nil
 }
 
 // errNoSegments answers the tag RPCs on an instance without segment mode.
-var errNoSegments = connect.NewError(connect.CodeFailedPrecondition,
-	errors.New("tag: segment mode is not configured on this service"))
+var errNoSegments = server.NewError(connect.CodeFailedPrecondition, "tag: segment mode is not configured on this service")
 
 // ListTags implements IdServiceHandler.
 func (s *Service) ListTags(ctx context.Context, _ *idgenv1.ListTagsRequest) (*idgenv1.ListTagsResponse, error) {
 	if s.segments == nil {
-		return nil, errNoSegments
+		return nil, server.Error(ctx, errNoSegments)
 	}
 	tags, err := s.segments.Tags(ctx)
 	if err != nil {
-		return nil, toConnect(ctx, err, "")
+		return nil, server.Error(ctx, err)
 	}
 	out := &idgenv1.ListTagsResponse{Tags: make([]*idgenv1.TagState, len(tags))}
 	for i, t := range tags {
@@ -275,24 +272,4 @@ func tagToProto(t segment.TagState) *idgenv1.TagState {
 		out.LastRefill = timestamppb.New(b.LastRefill)
 	}
 	return out
-}
-
-// toConnect maps the ID engines' own errors to Connect codes; everything the services share
-// (unavailable stores, shutdown, context endings) goes through server.Error, the one mapping.
-// tag is named in not_found, already_exists and failed_precondition messages.
-func toConnect(ctx context.Context, err error, tag string) error {
-	var below *segment.BelowTombstone
-	switch {
-	case errors.Is(err, segment.ErrNotFound):
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("tag: %s does not exist; create it with CreateTag (coord id create-tag)", server.Quote(tag)))
-	case errors.Is(err, segment.ErrExists):
-		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("tag: %s already exists", server.Quote(tag)))
-	case errors.As(err, &below):
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-			"start: %d is below %d, where the deleted tag %s stopped: IDs below it may have been issued; leave start unset to continue there",
-			below.Start, below.MaxID, server.Quote(tag)))
-	case errors.Is(err, snowflake.ErrLeaseLost), errors.Is(err, snowflake.ErrClockBackwards):
-		return connect.NewError(connect.CodeUnavailable, err)
-	}
-	return server.Error(ctx, err)
 }

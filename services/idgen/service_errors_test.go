@@ -13,14 +13,15 @@ import (
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/idgen/segment"
+	"github.com/coordkit/coordkit/services/idgen/snowflake"
 	"github.com/coordkit/coordkit/services/idgen/workerid"
 )
 
-// TestToConnect pins the ID service's edge: its own errors keep their codes, and a store
+// TestErrorCodes pins the ID service's edge: its own errors keep their codes, and a store
 // failure, a shutdown or a caller's ending reaches the client with the code every service
 // uses. The worker-id store runs against a real Redis that is not there (a closed port) and
 // the real one, so the errors are the ones the store really returns.
-func TestToConnect(t *testing.T) {
+func TestErrorCodes(t *testing.T) {
 	t.Parallel()
 	live := context.Background()
 	shutdown, stop := context.WithCancelCause(live)
@@ -57,8 +58,8 @@ func TestToConnect(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := connect.CodeOf(toConnect(tt.ctx, tt.err, "tag")); got != tt.want {
-				t.Errorf("toConnect(%v) code = %v, want %v", tt.err, got, tt.want)
+			if got := connect.CodeOf(server.Error(tt.ctx, namingTag(tt.err, "tag"))); got != tt.want {
+				t.Errorf("server.Error(%v) code = %v, want %v", tt.err, got, tt.want)
 			}
 		})
 	}
@@ -69,5 +70,43 @@ func TestToConnect(t *testing.T) {
 	}
 	if !errors.Is(workerid.ErrUnavailable, server.ErrUnavailable) {
 		t.Error("workerid.ErrUnavailable does not wrap server.ErrUnavailable")
+	}
+}
+
+// TestTagErrorMessages pins what a client reads for the engines' own errors: the code each
+// error carries, and for the segment errors about a tag the message naming the tag as the
+// request gave it, word for word as the edge has always said it.
+func TestTagErrorMessages(t *testing.T) {
+	t.Parallel()
+	const tag = `orders "eu"`
+	tests := []struct {
+		name     string
+		err      error
+		wantCode connect.Code
+		wantMsg  string
+	}{
+		{"unknown tag", fmt.Errorf("next: %w", fmt.Errorf("%w: %q", segment.ErrNotFound, tag)), connect.CodeNotFound,
+			`tag: "orders \"eu\"" does not exist; create it with CreateTag (coord id create-tag)`},
+		{"tag exists", fmt.Errorf("%w: %q", segment.ErrExists, tag), connect.CodeAlreadyExists,
+			`tag: "orders \"eu\"" already exists`},
+		{"below a deleted tag", &segment.BelowTombstone{Tag: tag, Start: 5, MaxID: 100}, connect.CodeFailedPrecondition,
+			`start: 5 is below 100, where the deleted tag "orders \"eu\"" stopped: IDs below it may have been issued; leave start unset to continue there`},
+		{"worker-id lease lost", fmt.Errorf("%w (worker id 3)", snowflake.ErrLeaseLost), connect.CodeUnavailable,
+			"snowflake: worker-id lease lost, not issuing (worker id 3)"},
+		{"clock backwards", fmt.Errorf("%w: 3s behind the last issued ID (the limit is 1s)", snowflake.ErrClockBackwards), connect.CodeUnavailable,
+			"snowflake: clock moved backwards: 3s behind the last issued ID (the limit is 1s)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := server.Error(context.Background(), namingTag(tt.err, tag))
+			var ce *connect.Error
+			if !errors.As(err, &ce) || ce.Code() != tt.wantCode || ce.Message() != tt.wantMsg {
+				t.Fatalf("server.Error(namingTag(%v)) = %v, want %v %q", tt.err, err, tt.wantCode, tt.wantMsg)
+			}
+			if !errors.Is(err, tt.err) {
+				t.Errorf("server.Error(namingTag(%v)) = %v, which no longer wraps the engine's error", tt.err, err)
+			}
+		})
 	}
 }

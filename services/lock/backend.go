@@ -5,26 +5,29 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/coordkit/coordkit/libs/server"
 )
 
-// Errors a Backend returns; the handler maps them to Connect codes at the edge.
+// Errors a Backend returns. Each carries the Connect code its caller gets (server.NewError),
+// which server.Error, the one mapping, gives it at the edge.
 var (
 	// ErrNotHeld means nobody holds the lock: it was released or its lease expired.
-	ErrNotHeld = errors.New("lock: not held")
-	// ErrNotOwner means the lock is held, by another owner.
-	ErrNotOwner = errors.New("lock: held by another owner")
+	// Its code is failed_precondition.
+	ErrNotHeld = server.NewError(connect.CodeFailedPrecondition, "lock: not held")
+	// ErrNotOwner means the lock is held, by another owner. Its code is permission_denied.
+	ErrNotOwner = server.NewError(connect.CodePermissionDenied, "lock: held by another owner")
 	// ErrUnavailable means the backend could not be reached or did not answer. It wraps
 	// server.ErrUnavailable, which every service answers as unavailable.
 	ErrUnavailable = fmt.Errorf("lock: %w", server.ErrUnavailable)
 	// ErrHoldLimit means a re-entry would take the owner's hold count past MaxHoldCount; the
-	// lease is left as it was.
-	ErrHoldLimit = errors.New("lock: hold count at its limit")
+	// lease is left as it was. Its code is resource_exhausted.
+	ErrHoldLimit = server.NewError(connect.CodeResourceExhausted, "lock: hold count at its limit")
 )
 
 // MaxHoldCount is the most holds one owner can have on one lock: the hold count travels as a

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
 	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
@@ -225,7 +224,7 @@ func (s *Service) prepareAcquire(req *lockv1.AcquireRequest) (acquireCall, error
 func (s *Service) finishAcquire(ctx context.Context, c acquireCall, att Attempt, err error) (*lockv1.AcquireResponse, error) {
 	name := c.name
 	if err != nil {
-		err = toConnect(ctx, err)
+		err = server.Error(ctx, err)
 		s.metrics.acquires.WithLabelValues(name, server.Failure(err)).Inc()
 		return nil, err
 	}
@@ -314,7 +313,7 @@ func (s *Service) prepareRelease(req *lockv1.ReleaseRequest) (ownedCall, error) 
 // event when the lock is free.
 func (s *Service) finishRelease(ctx context.Context, c ownedCall, remaining uint32, lease Released, err error) (*lockv1.ReleaseResponse, error) {
 	if err != nil {
-		err = toConnect(ctx, err)
+		err = server.Error(ctx, err)
 		s.metrics.releases.WithLabelValues(c.name, server.Failure(err)).Inc()
 		return nil, err
 	}
@@ -364,7 +363,7 @@ func (s *Service) prepareRenew(req *lockv1.RenewRequest) (ownedCall, error) {
 // finishRenew turns the backend's answer to c into Renew's.
 func (s *Service) finishRenew(ctx context.Context, c ownedCall, lease Lease, err error) (*lockv1.RenewResponse, error) {
 	if err != nil {
-		return nil, toConnect(ctx, err)
+		return nil, server.Error(ctx, err)
 	}
 	lease.Owner = c.secret
 	if s.interested(c.name, lease.Key) { // a renewal may shorten the lease: time its new end
@@ -398,21 +397,7 @@ func (s *Service) prepareInspect(req *lockv1.InspectRequest) (ownedCall, error) 
 // finishInspect turns the backend's answer to c into Inspect's.
 func finishInspect(ctx context.Context, c ownedCall, st State, err error) (*lockv1.InspectResponse, error) {
 	if err != nil {
-		return nil, toConnect(ctx, err)
+		return nil, server.Error(ctx, err)
 	}
 	return &lockv1.InspectResponse{State: stateToProto(c.key, c.name, st)}, nil
-}
-
-// toConnect maps the lock's own errors to Connect codes; everything the services share
-// (unavailable backends, shutdown, context endings) goes through server.Error, the one mapping.
-func toConnect(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, ErrNotHeld):
-		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, ErrNotOwner):
-		return connect.NewError(connect.CodePermissionDenied, err)
-	case errors.Is(err, ErrHoldLimit):
-		return connect.NewError(connect.CodeResourceExhausted, err)
-	}
-	return server.Error(ctx, err)
 }

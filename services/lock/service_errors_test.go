@@ -11,10 +11,10 @@ import (
 	"github.com/coordkit/coordkit/libs/server"
 )
 
-// TestToConnect pins the lock's edge: its own errors get their codes, and everything else
-// goes through the shared mapping, so a backend that reports a shutdown or a cancel in any of
-// the ways engines do reaches the client with the same code.
-func TestToConnect(t *testing.T) {
+// TestErrorCodes pins the lock's edge: its own errors get the codes they carry, and everything
+// else goes through the same shared mapping, so a backend that reports a shutdown or a cancel
+// in any of the ways engines do reaches the client with the same code.
+func TestErrorCodes(t *testing.T) {
 	t.Parallel()
 	live := context.Background()
 	shutdown, stop := context.WithCancelCause(live)
@@ -44,8 +44,8 @@ func TestToConnect(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := connect.CodeOf(toConnect(tt.ctx, tt.err)); got != tt.want {
-				t.Errorf("toConnect(%v) code = %v, want %v", tt.err, got, tt.want)
+			if got := connect.CodeOf(server.Error(tt.ctx, tt.err)); got != tt.want {
+				t.Errorf("server.Error(%v) code = %v, want %v", tt.err, got, tt.want)
 			}
 		})
 	}

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,8 +18,14 @@ const watchBuffer = 1024
 // DefaultLaggedWatchGrace is Config.LaggedWatchGrace by default.
 const DefaultLaggedWatchGrace = 10 * time.Second
 
-// errSlowWatcher ends the stream of a watcher that fell watchBuffer events behind.
-var errSlowWatcher = fmt.Errorf("lock: watcher fell %d events behind (its queue is full; events after it are not sent): watch again and Inspect for the state", watchBuffer)
+// Errors that end a Watch, with their codes.
+var (
+	// errSlowWatcher ends the stream of a watcher that fell watchBuffer events behind.
+	errSlowWatcher = server.NewError(connect.CodeResourceExhausted, fmt.Sprintf(
+		"lock: watcher fell %d events behind (its queue is full; events after it are not sent): watch again and Inspect for the state", watchBuffer))
+	// errNoEvents refuses a Watch on an instance without events.
+	errNoEvents = server.NewError(connect.CodeFailedPrecondition, "lock: this instance runs without events (no NATS), so it has nothing to watch")
+)
 
 // Watch implements LockServiceHandler: it subscribes to the key's (or prefix's) events
 // before reading the key's state, so no event after the state is missed, then forwards
@@ -47,7 +52,7 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 		return err
 	}
 	if s.bus == nil {
-		return connect.NewError(connect.CodeFailedPrecondition, errors.New("lock: this instance runs without events (no NATS), so it has nothing to watch"))
+		return server.Error(ctx, errNoEvents)
 	}
 	w := &watcher{ctx: ctx, backend: name, key: key, events: make(chan *lockv1.LockEvent, watchBuffer), lagged: make(chan struct{})}
 	if key == "" {
@@ -55,7 +60,7 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 	}
 	leave, err := s.hub.join(w)
 	if err != nil {
-		return connect.NewError(connect.CodeUnavailable, err)
+		return server.Error(ctx, fmt.Errorf("%w: events: %v", ErrUnavailable, err))
 	}
 	defer leave()
 	defer s.watches.add(name, w.key, w.prefix)()
@@ -69,7 +74,7 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 	if key != "" {
 		st, err := b.Inspect(ctx, key)
 		if err != nil {
-			return toConnect(ctx, err)
+			return server.Error(ctx, err)
 		}
 		s.trackExpiry(name, key, st) // its expiry is announced while the watch lasts
 		if err := stream.Send(&lockv1.WatchResponse{State: stateToProto(key, name, st)}); err != nil {
@@ -81,7 +86,7 @@ func (s *Service) Watch(ctx context.Context, req *lockv1.WatchRequest, stream *c
 		case <-ctx.Done():
 			return server.Error(ctx, context.Cause(ctx))
 		case <-w.lagged:
-			return connect.NewError(connect.CodeResourceExhausted, errSlowWatcher)
+			return server.Error(ctx, errSlowWatcher)
 		case ev := <-w.events:
 			if err := stream.Send(&lockv1.WatchResponse{Event: ev}); err != nil {
 				return err

@@ -7,20 +7,22 @@ package taskpick
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/coordkit/coordkit/libs/server"
 )
 
-// Errors a Backend returns; the handler maps them to Connect codes at the edge.
+// Errors a Backend returns. Each carries the Connect code its caller gets (server.NewError),
+// which server.Error, the one mapping, gives it at the edge.
 var (
-	// ErrNotFound means the task does not exist in the pool.
-	ErrNotFound = errors.New("taskpick: no such task")
+	// ErrNotFound means the task does not exist in the pool. Its code is not_found.
+	ErrNotFound = server.NewError(connect.CodeNotFound, "taskpick: no such task")
 	// ErrStaleLease means the token and secret are not the task's current lease, or that
-	// lease expired.
-	ErrStaleLease = errors.New("taskpick: not the task's current lease")
+	// lease expired. Its code is failed_precondition.
+	ErrStaleLease = server.NewError(connect.CodeFailedPrecondition, "taskpick: not the task's current lease")
 	// ErrUnavailable means the backend could not be reached or did not answer. It wraps
 	// server.ErrUnavailable, which every service answers as unavailable.
 	ErrUnavailable = fmt.Errorf("taskpick: %w", server.ErrUnavailable)

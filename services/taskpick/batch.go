@@ -2,7 +2,6 @@ package taskpick
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -59,7 +58,7 @@ type batchBudget struct {
 }
 
 // errAnswerFull answers a Get of a batch whose answer has no room left for its task.
-var errAnswerFull = errors.New("taskpick: the batch's answer is full")
+var errAnswerFull = server.NewError(connect.CodeResourceExhausted, "taskpick: the batch's answer is full")
 
 func (s *Service) newBatchBudget(ops []*taskpickv1.BatchOperation) *batchBudget {
 	reserved := answerSlack
@@ -98,7 +97,7 @@ func (s *Service) get(ctx context.Context, req *taskpickv1.GetRequest, budget *b
 }
 
 func answerFull(limit int) error {
-	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%w: this Get's task does not fit in the %d bytes a batch answers; send it again, or alone", errAnswerFull, limit))
+	return fmt.Errorf("%w: this Get's task does not fit in the %d bytes a batch answers; send it again, or alone", errAnswerFull, limit)
 }
 
 // reserve is what op's answer is reserved.

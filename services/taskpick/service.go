@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -122,23 +121,8 @@ func (s *Service) backend(name string) (string, Backend, error) {
 	return service.ResolveBackend(s.backends, s.def, name)
 }
 
-// fail maps a backend error to the Connect error the client gets.
-func fail(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, ErrStaleLease):
-		return connect.NewError(connect.CodeFailedPrecondition, err)
-	}
-	return server.Error(ctx, err)
-}
-
 // Put implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Put(ctx context.Context, req *taskpickv1.PutRequest) (*taskpickv1.PutResponse, error) {
-	name, b, err := s.backend(req.GetBackend())
-	if err != nil {
-		return nil, err
-	}
 	if err := server.CheckKey("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
@@ -146,10 +130,13 @@ func (s *Service) Put(ctx context.Context, req *taskpickv1.PutRequest) (*taskpic
 	if err != nil {
 		return nil, err
 	}
-	created, err := b.Put(ctx, req.GetPool(), tasks)
-	s.metrics.calls.WithLabelValues(name, "put", result(err)).Inc()
+	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, err
+	}
+	created, err := b.Put(ctx, req.GetPool(), tasks)
+	if err != nil {
+		return nil, server.Error(ctx, err)
 	}
 	n := 0
 	for i, c := range created {
@@ -182,10 +169,6 @@ func (s *Service) count(backend, ev string, n int) {
 // Pick implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskpickv1.PickResponse, error) {
 	taken := time.Now() // expires_after is measured from here, before any wait
-	name, b, err := s.backend(req.GetBackend())
-	if err != nil {
-		return nil, err
-	}
 	if err := server.CheckKey("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
@@ -205,12 +188,15 @@ func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskp
 	if err != nil {
 		return nil, err
 	}
+	name, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
 	secrets, digests := newLeases(n)
 	spec := PickSpec{N: n, TTL: ttl, Order: order, Digests: digests, MaxBytes: s.maxAnswer - answerSlack}
 	tasks, start, err := s.pick(ctx, name, b, req.GetPool(), spec, wait)
-	s.metrics.calls.WithLabelValues(name, "pick", result(err)).Inc()
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, server.Error(ctx, err)
 	}
 	s.count(name, "picked", len(tasks))
 	resp := &taskpickv1.PickResponse{Tasks: make([]*taskpickv1.LeasedTask, len(tasks))}
@@ -228,14 +214,16 @@ func (s *Service) Pick(ctx context.Context, req *taskpickv1.PickRequest) (*taskp
 
 // Ack implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Ack(ctx context.Context, req *taskpickv1.AckRequest) (*taskpickv1.AckResponse, error) {
-	name, b, lease, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
+	lease, err := parseLease(req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
 	if err != nil {
 		return nil, err
 	}
-	err = b.Ack(ctx, req.GetPool(), req.GetId(), lease)
-	s.metrics.calls.WithLabelValues(name, "ack", result(err)).Inc()
+	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, err
+	}
+	if err := b.Ack(ctx, req.GetPool(), req.GetId(), lease); err != nil {
+		return nil, server.Error(ctx, err)
 	}
 	s.count(name, "acked", 1)
 	return &taskpickv1.AckResponse{}, nil
@@ -243,7 +231,7 @@ func (s *Service) Ack(ctx context.Context, req *taskpickv1.AckRequest) (*taskpic
 
 // Nack implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskpickv1.NackResponse, error) {
-	name, b, lease, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
+	lease, err := parseLease(req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
 	if err != nil {
 		return nil, err
 	}
@@ -251,10 +239,13 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 	if err != nil {
 		return nil, err
 	}
-	dead, err := b.Nack(ctx, req.GetPool(), req.GetId(), lease, retry, cutReason(req.GetReason()))
-	s.metrics.calls.WithLabelValues(name, "nack", result(err)).Inc()
+	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, err
+	}
+	dead, err := b.Nack(ctx, req.GetPool(), req.GetId(), lease, retry, cutReason(req.GetReason()))
+	if err != nil {
+		return nil, server.Error(ctx, err)
 	}
 	s.count(name, "nacked", 1)
 	if dead {
@@ -268,7 +259,7 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 // Extend implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*taskpickv1.ExtendResponse, error) {
 	start := time.Now() // the new lease is reckoned from here, before the backend is asked
-	name, b, lease, err := s.leaseRequest(req.GetBackend(), req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
+	lease, err := parseLease(req.GetPool(), req.GetId(), req.GetLeaseToken(), req.GetLeaseSecret())
 	if err != nil {
 		return nil, err
 	}
@@ -276,10 +267,12 @@ func (s *Service) Extend(ctx context.Context, req *taskpickv1.ExtendRequest) (*t
 	if err != nil {
 		return nil, err
 	}
-	err = b.Extend(ctx, req.GetPool(), req.GetId(), lease, ttl)
-	s.metrics.calls.WithLabelValues(name, "extend", result(err)).Inc()
+	_, b, err := s.backend(req.GetBackend())
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, err
+	}
+	if err := b.Extend(ctx, req.GetPool(), req.GetId(), lease, ttl); err != nil {
+		return nil, server.Error(ctx, err)
 	}
 	return &taskpickv1.ExtendResponse{ExpiresAt: timestamppb.New(start.Add(ttl)), ExpiresAfter: leaseSpan(start.Add(ttl), start)}, nil
 }
@@ -293,43 +286,39 @@ func leaseSpan(end, taken time.Time) *durationpb.Duration {
 	return durationpb.New(max(end.Sub(taken), 0))
 }
 
-// leaseRequest validates what Ack, Nack and Extend share and hashes the lease's secret: the
-// backends see only its digest.
-func (s *Service) leaseRequest(backend, pool, id string, token uint64, secret string) (string, Backend, Lease, error) {
-	name, b, err := s.backend(backend)
-	if err != nil {
-		return "", nil, Lease{}, err
-	}
+// parseLease validates the fields Ack, Nack and Extend share and hashes the lease's secret:
+// the backends see only its digest.
+func parseLease(pool, id string, token uint64, secret string) (Lease, error) {
 	if err := server.CheckKey("pool", pool); err != nil {
-		return "", nil, Lease{}, err
+		return Lease{}, err
 	}
 	if err := server.CheckKey("id", id); err != nil {
-		return "", nil, Lease{}, err
+		return Lease{}, err
 	}
 	if err := checkToken(token); err != nil {
-		return "", nil, Lease{}, err
+		return Lease{}, err
 	}
 	if err := checkSecret(secret); err != nil {
-		return "", nil, Lease{}, err
+		return Lease{}, err
 	}
-	return name, b, Lease{Token: token, Digest: LeaseDigest(secret)}, nil
+	return Lease{Token: token, Digest: LeaseDigest(secret)}, nil
 }
 
 // Get implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Get(ctx context.Context, req *taskpickv1.GetRequest) (*taskpickv1.GetResponse, error) {
-	_, b, err := s.backend(req.GetBackend())
-	if err != nil {
-		return nil, err
-	}
 	if err := server.CheckKey("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
 	if err := server.CheckKey("id", req.GetId()); err != nil {
 		return nil, err
 	}
+	_, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
 	t, err := b.Get(ctx, req.GetPool(), req.GetId())
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, server.Error(ctx, err)
 	}
 	return &taskpickv1.GetResponse{Task: taskProto(t)}, nil
 }
@@ -344,16 +333,16 @@ func taskProto(t Task) *taskpickv1.Task {
 
 // Stats implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Stats(ctx context.Context, req *taskpickv1.StatsRequest) (*taskpickv1.StatsResponse, error) {
+	if err := server.CheckKey("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
 	_, b, err := s.backend(req.GetBackend())
 	if err != nil {
 		return nil, err
 	}
-	if err := server.CheckKey("pool", req.GetPool()); err != nil {
-		return nil, err
-	}
 	st, err := b.Stats(ctx, req.GetPool())
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, server.Error(ctx, err)
 	}
 	resp := &taskpickv1.StatsResponse{Available: st.Available, Delayed: st.Delayed, Leased: st.Leased, Dead: st.Dead, Done: st.Done}
 	if !st.OldestAvailable.IsZero() {
@@ -364,10 +353,6 @@ func (s *Service) Stats(ctx context.Context, req *taskpickv1.StatsRequest) (*tas
 
 // ListDead implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) ListDead(ctx context.Context, req *taskpickv1.ListDeadRequest) (*taskpickv1.ListDeadResponse, error) {
-	_, b, err := s.backend(req.GetBackend())
-	if err != nil {
-		return nil, err
-	}
 	if err := server.CheckKey("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
@@ -375,9 +360,13 @@ func (s *Service) ListDead(ctx context.Context, req *taskpickv1.ListDeadRequest)
 	if err != nil {
 		return nil, err
 	}
+	_, b, err := s.backend(req.GetBackend())
+	if err != nil {
+		return nil, err
+	}
 	tasks, total, truncated, err := b.ListDead(ctx, req.GetPool(), limit, s.maxAnswer-answerSlack)
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, server.Error(ctx, err)
 	}
 	resp := &taskpickv1.ListDeadResponse{Total: total, Truncated: truncated}
 	for _, t := range tasks {
@@ -388,20 +377,19 @@ func (s *Service) ListDead(ctx context.Context, req *taskpickv1.ListDeadRequest)
 
 // Requeue implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) Requeue(ctx context.Context, req *taskpickv1.RequeueRequest) (*taskpickv1.RequeueResponse, error) {
-	name, b, err := s.backend(req.GetBackend())
-	if err != nil {
-		return nil, err
-	}
 	if err := server.CheckKey("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
 	if err := parseIDs(req.GetIds()); err != nil {
 		return nil, err
 	}
-	done, err := b.Requeue(ctx, req.GetPool(), req.GetIds())
-	s.metrics.calls.WithLabelValues(name, "requeue", result(err)).Inc()
+	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
-		return nil, fail(ctx, err)
+		return nil, err
+	}
+	done, err := b.Requeue(ctx, req.GetPool(), req.GetIds())
+	if err != nil {
+		return nil, server.Error(ctx, err)
 	}
 	s.count(name, "requeued", countTrue(done))
 	s.announce(name, req.GetPool(), countTrue(done))

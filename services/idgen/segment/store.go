@@ -17,20 +17,24 @@ import (
 	"fmt"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/idgen/block"
 )
 
-// Errors of the segment engine.
+// Errors of the segment engine. Those about a tag carry the Connect code a caller gets
+// (server.NewError), which server.Error, the one mapping, gives them at the edge.
 var (
-	// ErrNotFound means the tag was never created.
-	ErrNotFound = errors.New("segment: tag not found")
-	// ErrExists means CreateTag named a tag that exists.
-	ErrExists = errors.New("segment: tag already exists")
+	// ErrNotFound means the tag was never created. Its code is not_found.
+	ErrNotFound = server.NewError(connect.CodeNotFound, "segment: tag not found")
+	// ErrExists means CreateTag named a tag that exists. Its code is already_exists.
+	ErrExists = server.NewError(connect.CodeAlreadyExists, "segment: tag already exists")
 	// ErrBelowTombstone means CreateTag asked a tag that was deleted to start below the
 	// deleted tag's max_id, where IDs may already have been issued. It is a *BelowTombstone.
-	ErrBelowTombstone = errors.New("segment: start is below the deleted tag's max_id")
+	// Its code is failed_precondition.
+	ErrBelowTombstone = server.NewError(connect.CodeFailedPrecondition, "segment: start is below the deleted tag's max_id")
 	// ErrUnavailable means the database could not be reached or did not answer.
 	// It wraps server.ErrUnavailable, which every service answers as unavailable.
 	ErrUnavailable = fmt.Errorf("segment: database %w", server.ErrUnavailable)
@@ -68,6 +72,9 @@ func (e *BelowTombstone) Error() string {
 
 // Is makes errors.Is(err, ErrBelowTombstone) hold.
 func (e *BelowTombstone) Is(target error) bool { return target == ErrBelowTombstone }
+
+// ConnectCode implements server.Coded: the code of ErrBelowTombstone.
+func (e *BelowTombstone) ConnectCode() connect.Code { return connect.CodeFailedPrecondition }
 
 // Store is the segment table coordkit_idgen_segments(biz_tag, max_id, step, description,
 // updated_at, deleted_at) on SQLite or MySQL. deleted_at is 0 for a live tag and the deletion

@@ -10,17 +10,22 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/services/idgen/workerid"
 )
 
-// Errors the generator returns.
+// Errors the generator returns. ErrLeaseLost and ErrClockBackwards carry the Connect code a
+// caller gets (server.NewError), unavailable: this instance cannot issue for now, another
+// one may.
 var (
 	// ErrLeaseLost means the worker-id lease ended (taken over, or not renewed in time): the
 	// generator issues nothing until the background renewal leases an id again.
-	ErrLeaseLost = errors.New("snowflake: worker-id lease lost, not issuing")
+	ErrLeaseLost = server.NewError(connect.CodeUnavailable, "snowflake: worker-id lease lost, not issuing")
 	// ErrClockBackwards means the clock is further behind the last issued millisecond than
 	// Config.MaxRollback, so waiting it out would stall every caller.
-	ErrClockBackwards = errors.New("snowflake: clock moved backwards")
+	ErrClockBackwards = server.NewError(connect.CodeUnavailable, "snowflake: clock moved backwards")
 	// ErrOutOfRange means the clock is before Epoch or past what 41 bits hold.
 	ErrOutOfRange = errors.New("snowflake: clock outside the ID layout's range")
 )
