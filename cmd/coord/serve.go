@@ -213,7 +213,8 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		}
 		scfg.Tokens = t
 	}
-	if err := sqldb.SetSynchronous(cfg.sqliteSync); err != nil {
+	sqliteSync, err := sqldb.ParseSynchronous(cfg.sqliteSync)
+	if err != nil {
 		return fail(fmt.Errorf("--sqlite-synchronous: %w", err))
 	}
 	srv := server.New(scfg)
@@ -230,6 +231,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	if err != nil {
 		return fail(err)
 	}
+	deps.SQLiteSynchronous = sqliteSync
 	for _, e := range services(cfg) {
 		m, err := e.open(ctx, deps)
 		if err != nil {

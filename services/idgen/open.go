@@ -46,7 +46,6 @@ type OpenConfig struct {
 // that a lease held there can be released.
 func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Mounted, error) {
 	scfg := StoreConfig{
-		SQLitePath:   deps.SQLitePath("idgen.db"),
 		DB:           deps.MySQL,
 		Redis:        deps.RedisClient(),
 		WorkerLeases: cfg.WorkerLeases,
@@ -62,10 +61,20 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	default:
 		return nil, fmt.Errorf("idgen: --id-worker-leases %q: want %q or %q", cfg.WorkerLeases, LeasesSQL, LeasesRedis)
 	}
+	var closers service.Closers
+	if scfg.DB == nil {
+		db, err := deps.OpenSQLite(ctx, "idgen.db")
+		if err != nil {
+			return nil, err
+		}
+		closers.Add(db.Close)
+		scfg.DB = db
+	}
 	svc, engines, err := openService(ctx, scfg)
 	if err != nil {
-		return nil, err
+		return nil, closers.Fail(err)
 	}
+	closers.Add(svc.Close)
 	store, leases := "sqlite", cfg.WorkerLeases
 	if deps.MySQL != nil {
 		store = deps.MySQL.Dialect.Name
@@ -75,7 +84,7 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	}
 	path, h := idgenv1connect.NewIdServiceHandler(svc, deps.HandlerOptions...)
 	return &service.Mounted{
-		Path: path, Handler: h, Close: svc.Close,
+		Path: path, Handler: h, Close: closers.Close,
 		Summary: []any{"id_store", store, "worker_leases", leases, "redis_incr", scfg.Redis != nil},
 		Checks:  checks(store, engines, scfg.Redis),
 	}, nil

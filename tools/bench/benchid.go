@@ -44,6 +44,8 @@ type benchIDConfig struct {
 	redisAddr string
 	mysqlDSN  string
 	asJSON    bool
+	// sqliteSync is how the in-process SQLite stores sync commits (--sqlite-synchronous).
+	sqliteSync sqldb.Synchronous
 }
 
 // genResult is one in-process generator measured with testing.Benchmark, or the SDK's Next
@@ -119,11 +121,11 @@ func measureID(ctx context.Context, cfg benchIDConfig, stderr io.Writer) (idMeas
 	if cfg.clients < 1 || cfg.batch < 1 || cfg.batch > idgen.MaxCount || cfg.duration <= 0 {
 		return idMeasured{}, fmt.Errorf("bench: --clients and --duration must be positive and --batch within [1, %d]", idgen.MaxCount)
 	}
-	gens, err := benchGenerators(ctx)
+	gens, err := benchGenerators(ctx, cfg.sqliteSync)
 	if err != nil {
 		return idMeasured{}, err
 	}
-	sw, err := benchSegmentSwitch(ctx)
+	sw, err := benchSegmentSwitch(ctx, cfg.sqliteSync)
 	if err != nil {
 		return idMeasured{}, err
 	}
@@ -136,13 +138,13 @@ func measureID(ctx context.Context, cfg benchIDConfig, stderr io.Writer) (idMeas
 }
 
 // benchGenerators measures each in-process generator for about a second, genRounds times.
-func benchGenerators(ctx context.Context) ([]genResult, error) {
+func benchGenerators(ctx context.Context, syncMode sqldb.Synchronous) ([]genResult, error) {
 	dir, err := os.MkdirTemp("", "coord-bench-id-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "ids.db"))
+	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "ids.db"), sqldb.WithSynchronous(syncMode))
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,12 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	var closers service.Closers
 	backends := map[string]lock.Backend{}
 
-	sq, err := sqllock.OpenSQLite(ctx, deps.SQLitePath("locks.db"), sqllock.WithLogger(log))
+	db, err := deps.OpenSQLite(ctx, "locks.db")
+	if err != nil {
+		return nil, closers.Fail(err)
+	}
+	closers.Add(db.Close)
+	sq, err := sqllock.New(ctx, db, "", sqllock.WithLogger(log))
 	if err != nil {
 		return nil, closers.Fail(err)
 	}

@@ -36,9 +36,14 @@ type OpenConfig struct {
 func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Mounted, error) {
 	var closers service.Closers
 	backends := map[string]taskpick.Backend{}
-	sq, err := sqltask.OpenSQLite(ctx, deps.SQLitePath("tasks.db"), sqltask.Config{Retention: cfg.Retention})
+	db, err := deps.OpenSQLite(ctx, "tasks.db")
 	if err != nil {
 		return nil, err
+	}
+	closers.Add(db.Close)
+	sq, err := sqltask.New(ctx, db, sqltask.Config{Retention: cfg.Retention})
+	if err != nil {
+		return nil, closers.Fail(err)
 	}
 	closers.Add(sq.Close)
 	backends["sqlite"] = sq
