@@ -52,7 +52,7 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 		return nil, closers.Fail(err)
 	}
 	closers.Add(db.Close)
-	sq, err := sqllock.New(ctx, db, "", sqllock.WithLogger(log))
+	sq, err := sqllock.New(ctx, db, sqllock.Config{Logger: log})
 	if err != nil {
 		return nil, closers.Fail(err)
 	}
@@ -60,7 +60,7 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 	backends["sqlite"] = sq
 
 	if rdb := deps.RedisClient(); rdb != nil {
-		backends["redis"] = redislock.New(redisconf.Pipelined(rdb), "")
+		backends["redis"] = redislock.New(redisconf.Pipelined(rdb), redislock.Config{})
 	}
 	if len(cfg.RedlockAddrs) > 0 {
 		b, err := redlock.Open(ctx, cfg.RedlockAddrs, redlock.Config{})
@@ -79,7 +79,7 @@ func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Moun
 		backends["zookeeper"] = b
 	}
 	if deps.MySQL != nil {
-		b, err := sqllock.New(ctx, deps.MySQL, cfg.Scope, sqllock.WithLogger(log))
+		b, err := sqllock.New(ctx, deps.MySQL, sqllock.Config{Scope: cfg.Scope, Logger: log})
 		if err != nil {
 			return nil, closers.Fail(fmt.Errorf("--mysql-dsn: %w", err))
 		}
