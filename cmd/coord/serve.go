@@ -163,7 +163,7 @@ type serviceEntry struct {
 func services(cfg serveConfig) []serviceEntry {
 	return []serviceEntry{
 		{"lock", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
-			return lockservice.Open(ctx, deps, lockservice.OpenConfig{
+			return lockservice.Open(ctx, deps, lockservice.Config{
 				RedlockAddrs: splitList(cfg.redlockAddrs), ZooKeeperAddrs: splitList(cfg.zkAddrs),
 				Scope: cfg.lockScope, Default: cfg.defaultBackend, WaitAttempts: cfg.waitAttempts,
 			})
@@ -172,7 +172,7 @@ func services(cfg serveConfig) []serviceEntry {
 			return idgen.Open(ctx, deps, idgen.OpenConfig{WorkerLeases: cfg.idWorkerLeases})
 		}},
 		{"taskpick", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
-			return taskpickservice.Open(ctx, deps, taskpickservice.OpenConfig{Default: cfg.taskDefault, Retention: cfg.taskRetention})
+			return taskpickservice.Open(ctx, deps, taskpickservice.Config{Default: cfg.taskDefault, Retention: cfg.taskRetention})
 		}},
 	}
 }

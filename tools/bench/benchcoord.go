@@ -140,7 +140,7 @@ func startService(ctx context.Context, scfg serveConfig) (string, func() error, 
 		closers.Add(db.Close)
 		deps.MySQL = db
 	}
-	m, err := lockservice.Open(ctx, deps, lockservice.OpenConfig{
+	m, err := lockservice.Open(ctx, deps, lockservice.Config{
 		RedlockAddrs: splitList(scfg.redlockAddrs), ZooKeeperAddrs: splitList(scfg.zkAddrs), Scope: scfg.lockScope,
 	})
 	if err != nil {
