@@ -38,8 +38,8 @@ func TestFreeKeysLeaveNoRows(t *testing.T) {
 		s := e.newStore(t)
 		// Two instances, as a deployment has, both running janitors.
 		bs := []*Backend{
-			s.open(t, Config{KeepFree: Off, ReclaimInterval: 50*time.Millisecond}),
-			s.open(t, Config{KeepFree: Off, ReclaimInterval: 50*time.Millisecond}),
+			s.open(t, Config{KeepFree: Off, ReclaimInterval: 50 * time.Millisecond}),
+			s.open(t, Config{KeepFree: Off, ReclaimInterval: 50 * time.Millisecond}),
 		}
 		n := distinctKeys(e.name)
 		var (
@@ -160,7 +160,7 @@ func TestJanitorReclaimsUntouched(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine) {
 		ctx := context.Background()
 		s := e.newStore(t)
-		b := s.open(t, Config{ReclaimInterval: 50*time.Millisecond})
+		b := s.open(t, Config{ReclaimInterval: 50 * time.Millisecond})
 		for i := range 100 {
 			if att, err := b.TryAcquire(ctx, fmt.Sprint("crashed:", i), "o", 100*time.Millisecond); err != nil || !att.Acquired {
 				t.Fatalf("acquire: %+v, %v", att, err)
