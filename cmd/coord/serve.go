@@ -20,7 +20,7 @@ import (
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
-	"github.com/coordkit/coordkit/services/idgen"
+	"github.com/coordkit/coordkit/services/idgen/idgenservice"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/lockservice"
 	"github.com/coordkit/coordkit/services/taskpick/taskpickservice"
@@ -169,7 +169,7 @@ func services(cfg serveConfig) []serviceEntry {
 			})
 		}},
 		{"idgen", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
-			return idgen.Open(ctx, deps, idgen.OpenConfig{WorkerLeases: cfg.idWorkerLeases})
+			return idgenservice.Open(ctx, deps, idgenservice.Config{WorkerLeases: cfg.idWorkerLeases})
 		}},
 		{"taskpick", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
 			return taskpickservice.Open(ctx, deps, taskpickservice.Config{Default: cfg.taskDefault, Retention: cfg.taskRetention})
