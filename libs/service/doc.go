@@ -32,27 +32,28 @@
 // # Adding a service
 //
 //  1. proto/coordkit/<svc>/v1: the API; `make generate` writes libs/client/gen.
-//  2. services/<svc>: a module (go.mod replacing its siblings, an entry in go.work and in the
-//     Makefile's MODULES) with Config, NewService, Close, and the handlers mapping failures
-//     with libs/server's helpers.
-//  3. services/<svc>/<svc>service: Config, Backends (the list, in preference order), Open
-//     (OpenBackends, DefaultBackend, NewService, then a Mounted whose Close is the Closers).
-//  4. Conformance tests in services/<svc> whose table names every backend of Backends, and
-//     the test comparing the two.
-//  5. cmd/coord/serve.go: the service's flags and its entry in services(cfg), in opening order.
-//  6. Docs: docs/api.md, docs/configuration.md (flags), README's table of services.
+//  2. services/<svc>: a module (its go.mod replacing its siblings, a line in go.work and in
+//     the Makefile's MODULES) with Config, NewService, Close and the handlers, mapping
+//     failures with libs/server's helpers.
+//  3. services/<svc>/<svc>service: Config, Backends (in default preference) and Open:
+//     OpenBackends, DefaultBackend, NewService, then a Mounted whose Close is the Closers
+//     (service first, backends after).
+//  4. The conformance table in services/<svc>/harness_test.go, a row per backend of the
+//     list, and the test that compares the two.
+//  5. cmd/coord/serve.go: the service's own flags and its entry in services(cfg).
+//  6. Docs: docs/api.md, docs/configuration.md (flags), the README's services.
 //
 // # Adding a backend
 //
-//  1. services/<svc>/<engine>: the engine package, New(ctx, conn, Config) implementing the
-//     service's Backend interface; Close releases what it started (never the connection it
-//     was given).
-//  2. One entry in <svc>service.Backends, at its place in the default preference, whose
-//     Open returns the zero backend when Deps and Config do not enable it.
-//  3. A row in the service's conformance table, named as in the list (the list test fails
-//     until it is there).
+//  1. services/<svc>/<engine>: the engine, New(ctx, conn, Config) implementing the
+//     service's Backend; its Close stops what it started and leaves the connection it was
+//     given open.
+//  2. One entry in <svc>service.Backends, at its place in the default preference; its Open
+//     returns the zero backend when Deps and Config do not enable it.
+//  3. A row in the conformance table (backends in services/<svc>/harness_test.go), named as
+//     in the list: the list test fails until it is there.
 //  4. Only for a new kind of connection (Postgres, say): a Deps field, opened once in
-//     cmd/coord/serve.go's openDeps behind its flag, and closed there after every service.
-//  5. Docs: docs/backends.md and the README's backend table; tools/bench takes the backend
-//     by name where it benchmarks a service's backends.
+//     openDeps (cmd/coord/serve.go) behind its flag and closed there after every service,
+//     and the same in tools/bench's in-process service.
+//  5. Docs: docs/backends.md and the README's backend table.
 package service
