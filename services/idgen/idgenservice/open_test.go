@@ -50,6 +50,8 @@ func TestOpenConfigErrors(t *testing.T) {
 	}{
 		{"leases on redis without redis", service.Deps{}, idgenservice.Config{WorkerLeases: idgenservice.LeasesRedis}, "--redis-addr"},
 		{"leases on a nil redis client", service.Deps{Redis: nilClient}, idgenservice.Config{WorkerLeases: idgenservice.LeasesRedis}, "--redis-addr"},
+		// An invalid setting refused at the SQLite open shows the service passes Deps' setting.
+		{"sqlite synchronous from deps", service.Deps{SQLiteSynchronous: "off"}, idgenservice.Config{}, "--data-dir"},
 		{"unknown lease store", service.Deps{}, idgenservice.Config{WorkerLeases: "etcd"}, "--id-worker-leases"},
 	}
 	for _, tt := range tests {

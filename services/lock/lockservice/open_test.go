@@ -47,6 +47,8 @@ func TestOpenBackends(t *testing.T) {
 		{name: "default named", deps: service.Deps{MySQL: mysql}, cfg: lockservice.Config{Scope: scope, Default: "sqlite"},
 			backends: "mysql,sqlite", def: "sqlite"},
 		{name: "unknown default", cfg: lockservice.Config{Default: "etcd"}, wantErrNamed: "--default-backend"},
+		// An invalid setting refused at the SQLite open shows the service passes Deps' setting.
+		{name: "sqlite synchronous from deps", deps: service.Deps{SQLiteSynchronous: "off"}, wantErrNamed: "--data-dir"},
 		{name: "redlock down", cfg: lockservice.Config{RedlockAddrs: []string{"127.0.0.1:1"}}, wantErrNamed: "--redlock-addrs"},
 	}
 	for _, tt := range tests {

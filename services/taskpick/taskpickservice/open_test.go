@@ -26,6 +26,8 @@ func TestOpenBackends(t *testing.T) {
 		{name: "shared redis", deps: service.Deps{Redis: testenv.Redis(t, "")}, backends: "redis,sqlite", def: "redis"},
 		{name: "default named", deps: service.Deps{Redis: testenv.Redis(t, "")}, cfg: taskpickservice.Config{Default: "sqlite"},
 			backends: "redis,sqlite", def: "sqlite"},
+		// An invalid setting refused at the SQLite open shows the service passes Deps' setting.
+		{name: "sqlite synchronous from deps", deps: service.Deps{SQLiteSynchronous: "off"}, wantErrNamed: "--data-dir"},
 		{name: "unknown default", cfg: taskpickservice.Config{Default: "etcd"}, wantErrNamed: "--task-default-backend"},
 	}
 	for _, tt := range tests {
