@@ -52,8 +52,9 @@ func openDurable(ctx context.Context, dir string) (*durableStores, error) {
 	}
 	seg := segment.New(store, segment.Config{Logger: slog.New(slog.DiscardHandler)})
 	// The janitor deletes every released row at once, so the fence floors carry the tokens.
-	locks, err := sqllock.OpenSQLite(ctx, filepath.Join(dir, "locks.db"), sqllock.WithKeepFree(0),
-		sqllock.WithReclaimInterval(time.Millisecond), sqllock.WithLogger(slog.New(slog.DiscardHandler)))
+	locks, err := sqllock.OpenSQLite(ctx, filepath.Join(dir, "locks.db"), sqllock.Config{
+		KeepFree: sqllock.Off, ReclaimInterval: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
-	"github.com/coordkit/coordkit/services/idgen"
+	"github.com/coordkit/coordkit/services/idgen/idgenservice"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/lockservice"
 	"github.com/coordkit/coordkit/services/taskpick/taskpickservice"
@@ -163,16 +163,16 @@ type serviceEntry struct {
 func services(cfg serveConfig) []serviceEntry {
 	return []serviceEntry{
 		{"lock", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
-			return lockservice.Open(ctx, deps, lockservice.OpenConfig{
+			return lockservice.Open(ctx, deps, lockservice.Config{
 				RedlockAddrs: splitList(cfg.redlockAddrs), ZooKeeperAddrs: splitList(cfg.zkAddrs),
 				Scope: cfg.lockScope, Default: cfg.defaultBackend, WaitAttempts: cfg.waitAttempts,
 			})
 		}},
 		{"idgen", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
-			return idgen.Open(ctx, deps, idgen.OpenConfig{WorkerLeases: cfg.idWorkerLeases})
+			return idgenservice.Open(ctx, deps, idgenservice.Config{WorkerLeases: cfg.idWorkerLeases})
 		}},
 		{"taskpick", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
-			return taskpickservice.Open(ctx, deps, taskpickservice.OpenConfig{Default: cfg.taskDefault, Retention: cfg.taskRetention})
+			return taskpickservice.Open(ctx, deps, taskpickservice.Config{Default: cfg.taskDefault, Retention: cfg.taskRetention})
 		}},
 	}
 }
@@ -213,7 +213,8 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 		}
 		scfg.Tokens = t
 	}
-	if err := sqldb.SetSynchronous(cfg.sqliteSync); err != nil {
+	sqliteSync, err := sqldb.ParseSynchronous(cfg.sqliteSync)
+	if err != nil {
 		return fail(fmt.Errorf("--sqlite-synchronous: %w", err))
 	}
 	srv := server.New(scfg)
@@ -230,6 +231,7 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	if err != nil {
 		return fail(err)
 	}
+	deps.SQLiteSynchronous = sqliteSync
 	for _, e := range services(cfg) {
 		m, err := e.open(ctx, deps)
 		if err != nil {

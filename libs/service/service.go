@@ -1,9 +1,7 @@
-// Package service is the one shape every coordkit service has: Open(ctx, deps, cfg) returns a
-// Mounted service (its Connect handler and what closes it), over connections that the process
-// opens once and shares (Deps). `coord serve` loops over a list of such services.
 package service
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -38,6 +36,9 @@ type Deps struct {
 	MySQL *sqldb.DB
 	// DataDir holds the embedded SQLite files, one per service.
 	DataDir string
+	// SQLiteSynchronous is how the embedded SQLite files sync their commits (OpenSQLite);
+	// the zero value is sqldb.SyncFull.
+	SQLiteSynchronous sqldb.Synchronous
 }
 
 // Log is d.Logger or slog.Default().
@@ -63,6 +64,13 @@ func (d Deps) RedisClient() redis.UniversalClient {
 
 // SQLitePath is the path of the embedded SQLite file called name in DataDir.
 func (d Deps) SQLitePath(name string) string { return filepath.Join(d.DataDir, name) }
+
+// OpenSQLite opens the embedded SQLite file called name in DataDir with the process's
+// settings (SQLiteSynchronous): the one way a service opens its file. The caller owns the
+// handle and closes it after what runs on it.
+func (d Deps) OpenSQLite(ctx context.Context, name string, opts ...sqldb.SQLiteOption) (*sqldb.DB, error) {
+	return sqldb.OpenSQLite(ctx, d.SQLitePath(name), append([]sqldb.SQLiteOption{sqldb.WithSynchronous(d.SQLiteSynchronous)}, opts...)...)
+}
 
 // Mounted is an opened service: the Connect handler to mount at Path (as returned by the
 // generated NewXServiceHandler) and Close, which stops its background work and closes what

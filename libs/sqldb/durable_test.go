@@ -52,33 +52,44 @@ func TestSQLiteSynchronousFullOnEveryConnection(t *testing.T) {
 	}
 }
 
-// TestSQLiteSetSynchronous: NORMAL only when asked for, and a typo is refused rather than
-// silently meaning either. Not parallel: the setting is the process's.
-func TestSQLiteSetSynchronous(t *testing.T) {
+// TestSQLiteWithSynchronous: NORMAL only when asked for, on that handle alone, and a typo
+// is refused rather than silently meaning either.
+func TestSQLiteWithSynchronous(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	defer SetSynchronous("full")
 	for _, tc := range []struct {
 		mode string
 		want int
 	}{{"normal", 1}, {"FULL", 2}, {"", 2}} {
-		if err := SetSynchronous(tc.mode); err != nil {
+		mode, err := ParseSynchronous(tc.mode)
+		if err != nil {
 			t.Fatal(err)
 		}
-		db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "a.db"))
+		db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "a.db"), WithSynchronous(mode))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var sync int
 		if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil || sync != tc.want {
-			t.Errorf("SetSynchronous(%q): synchronous = %d, %v; want %d", tc.mode, sync, err, tc.want)
+			t.Errorf("WithSynchronous(%q): synchronous = %d, %v; want %d", tc.mode, sync, err, tc.want)
 		}
 		db.Close()
+		// The option is the handle's: a database opened without it is FULL.
+		plain, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "b.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := plain.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil || sync != 2 {
+			t.Errorf("after WithSynchronous(%q), a plain handle: synchronous = %d, %v; want 2", tc.mode, sync, err)
+		}
+		plain.Close()
 	}
-	if err := SetSynchronous("off"); err == nil {
-		t.Fatal(`SetSynchronous("off") accepted`)
+	if _, err := ParseSynchronous("off"); err == nil {
+		t.Fatal(`ParseSynchronous("off") accepted`)
 	}
-	if got := synchronousMode(); got != "FULL" {
-		t.Fatalf("after a refused mode: %s, want FULL", got)
+	if db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "c.db"), WithSynchronous("off")); err == nil {
+		db.Close()
+		t.Fatal(`WithSynchronous("off") opened a database`)
 	}
 }
 

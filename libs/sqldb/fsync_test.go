@@ -27,11 +27,12 @@ func TestSyncChild(t *testing.T) {
 	if path == "" {
 		t.Skip("the traced writer of TestSQLiteCommitsFsync")
 	}
-	if err := SetSynchronous(os.Getenv(syncModeEnv)); err != nil {
+	mode, err := ParseSynchronous(os.Getenv(syncModeEnv))
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	db, err := OpenSQLite(ctx, path)
+	db, err := OpenSQLite(ctx, path, WithSynchronous(mode))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@
 package sqldb
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -18,7 +17,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -36,8 +34,8 @@ import (
 // Commits are durable: synchronous=FULL makes every commit sync the write-ahead log before
 // it returns, so a commit that was acknowledged survives a power loss or a kernel crash (in
 // WAL mode NORMAL syncs only at checkpoints, and the last commits before a crash can roll
-// back: a segment's max_id, a fence floor, a Put). SetSynchronous("normal") trades that for
-// speed (docs/benchmarks.md has the cost).
+// back: a segment's max_id, a fence floor, a Put). WithSynchronous(SyncNormal) trades that
+// for speed (docs/benchmarks.md has the cost).
 //
 // Dialect.NowMillis reads the database's own clock function, coordkit_now_ms(), which this
 // handle registers on its connections: the process's clock.Steady (clock.Process unless
@@ -53,14 +51,17 @@ func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, er
 	for _, opt := range opts {
 		opt(&o)
 	}
-	syncMode := synchronousMode()
+	syncMode, err := ParseSynchronous(string(o.synchronous))
+	if err != nil {
+		return nil, err
+	}
 	if err := prepareSQLiteFiles(path); err != nil {
 		return nil, fmt.Errorf("sqldb: %w", err)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+syncMode+")")
+	q.Add("_pragma", "synchronous("+string(syncMode)+")")
 	q.Set("_txlock", "immediate")
 	// A driver of this handle's own carries its clock function; database/sql opens every
 	// connection of the pool through it, each with the pragmas above.
@@ -88,38 +89,47 @@ func OpenSQLite(ctx context.Context, path string, opts ...SQLiteOption) (*DB, er
 // nowFunction is the SQL function OpenSQLite's handles read their clock with.
 const nowFunction = "coordkit_now_ms"
 
-// synchronous is the synchronous pragma of the SQLite databases the process opens from now
-// on (SetSynchronous); "" means FULL.
-var synchronous atomic.Value
+// Synchronous is how a SQLite database syncs its commits: SyncFull (the zero value means it
+// too) or SyncNormal. ParseSynchronous reads it from a flag.
+type Synchronous string
 
-// SetSynchronous sets how the SQLite databases this process opens from now on sync their
-// commits: "full" (the default; "" means it too) or "normal", which lets a power loss or
-// kernel crash roll back the last acknowledged commits and is only for stores that may lose
-// them (benchmarks comparing the two). Other values are an error.
-func SetSynchronous(mode string) error {
+// The synchronous modes OpenSQLite accepts.
+const (
+	// SyncFull syncs the write-ahead log at every commit: an acknowledged commit survives a
+	// power loss or a kernel crash. The default.
+	SyncFull Synchronous = "FULL"
+	// SyncNormal syncs only at checkpoints: a power loss or kernel crash can roll back the
+	// last acknowledged commits. Only for stores that may lose them (benchmarks comparing
+	// the two).
+	SyncNormal Synchronous = "NORMAL"
+)
+
+// ParseSynchronous reads a synchronous mode: "full" ("" means it too) or "normal", in any
+// case. Other values are an error: a typo never silently means either.
+func ParseSynchronous(mode string) (Synchronous, error) {
 	switch m := strings.ToUpper(strings.TrimSpace(mode)); m {
-	case "", "FULL", "NORMAL":
-		synchronous.Store(cmp.Or(m, "FULL"))
-		return nil
+	case "", "FULL":
+		return SyncFull, nil
+	case "NORMAL":
+		return SyncNormal, nil
 	default:
-		return fmt.Errorf("sqldb: SQLite synchronous %q: want full or normal", mode)
+		return "", fmt.Errorf("sqldb: SQLite synchronous %q: want full or normal", mode)
 	}
 }
 
-// synchronousMode is the synchronous pragma SetSynchronous chose, FULL by default.
-func synchronousMode() string {
-	if m, ok := synchronous.Load().(string); ok {
-		return m
-	}
-	return "FULL"
+// WithSynchronous sets how the database syncs its commits (default SyncFull; "" means it
+// too). A value ParseSynchronous did not return is refused at OpenSQLite.
+func WithSynchronous(s Synchronous) SQLiteOption {
+	return func(o *sqliteOptions) { o.synchronous = s }
 }
 
 // SQLiteOption configures OpenSQLite.
 type SQLiteOption func(*sqliteOptions)
 
 type sqliteOptions struct {
-	clock     *clock.Steady
-	markEvery time.Duration
+	clock       *clock.Steady
+	markEvery   time.Duration
+	synchronous Synchronous
 }
 
 // WithClock sets the clock the database's coordkit_now_ms() reads (default clock.Process):

@@ -1,10 +1,10 @@
-// Package idgen is coordkit's ID service: the Connect handler, the interfaces of the ID
-// engines and the wiring that opens them. The engines live in subpackages, one per mechanism:
-// snowflake (with worker-id leases from workerid), segment (Meituan Leaf on SQLite or MySQL),
-// redisincr (Redis INCRBY blocks) and uuidgen (UUID v4 and v7); block is the double buffer
-// segment and redisincr share. The numeric engines hand out IDs as ranges of consecutive
-// numbers, which Next sends as they are (NextRequest.ranges, what the Go SDK asks for) or as
-// decimal strings.
+// Package idgen is coordkit's ID service: the Connect handler over engines already started,
+// and the interfaces of those engines (idgenservice opens the stores and starts them). The
+// engines live in subpackages, one per mechanism: snowflake (with worker-id leases from
+// workerid), segment (Meituan Leaf on SQLite or MySQL), redisincr (Redis INCRBY blocks) and
+// uuidgen (UUID v4 and v7); block is the double buffer segment and redisincr share. The
+// numeric engines hand out IDs as ranges of consecutive numbers, which Next sends as they
+// are (NextRequest.ranges, what the Go SDK asks for) or as decimal strings.
 package idgen
 
 import (

@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 
 	"github.com/coordkit/coordkit/libs/client"
 	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/libs/server"
-	"github.com/coordkit/coordkit/services/idgen"
+	"github.com/coordkit/coordkit/libs/service"
+	"github.com/coordkit/coordkit/services/idgen/idgenservice"
 )
 
 // startExampleService runs the ID service on an embedded SQLite store, as `coord serve` does
@@ -26,7 +26,7 @@ func startExampleService() (string, func()) {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := server.New(server.Config{Logger: logger})
-	svc, err := idgen.OpenService(context.Background(), idgen.StoreConfig{SQLitePath: filepath.Join(dir, "idgen.db"), Logger: logger})
+	svc, closeSvc, err := idgenservice.OpenService(context.Background(), service.Deps{DataDir: dir, Logger: logger}, idgenservice.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -41,7 +41,7 @@ func startExampleService() (string, func()) {
 	return "http://" + ln.Addr().String(), func() {
 		cancel()
 		<-done
-		svc.Close()
+		closeSvc()
 		os.RemoveAll(dir)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,33 +14,47 @@ import (
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/service"
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
-	"github.com/coordkit/coordkit/services/idgen"
+	"github.com/coordkit/coordkit/services/idgen/idgenservice"
 )
 
-// storeCase is one SQL store under test; open returns the StoreConfig of a fresh, isolated
-// store that several instances share, as several processes would.
+// storeCase is one SQL store under test; open returns the setup of a fresh, isolated store
+// that several instances share, as several processes would.
 type storeCase struct {
 	name string
-	open func(t *testing.T) idgen.StoreConfig
+	open func(t *testing.T) setup
+}
+
+// setup is what an instance opens with: the connections and the ID service's Config.
+type setup struct {
+	deps service.Deps
+	cfg  idgenservice.Config
 }
 
 var stores = []storeCase{
-	{name: "mysql", open: func(t *testing.T) idgen.StoreConfig {
-		return idgen.StoreConfig{MySQLDSN: testenv.MySQLDSN()}
+	{name: "mysql", open: func(t *testing.T) setup {
+		db, err := sqldb.OpenMySQL(context.Background(), testenv.MySQLDSN(), 8)
+		if err != nil {
+			t.Fatalf("open mysql (start it with deploy/dev/backends.sh up): %v", err)
+		}
+		t.Cleanup(func() { db.Close() }) // registered first: runs after every instance stopped
+		return setup{deps: service.Deps{MySQL: db}}
 	}},
-	{name: "sqlite", open: func(t *testing.T) idgen.StoreConfig {
-		return idgen.StoreConfig{SQLitePath: filepath.Join(t.TempDir(), "idgen.db")}
-	}},
+	{name: "sqlite", open: func(t *testing.T) setup { return sqliteSetup(t) }},
 }
 
-// withRedis adds the test Redis, under a key prefix of this test, to cfg.
-func withRedis(t testing.TB, cfg idgen.StoreConfig) idgen.StoreConfig {
+// sqliteSetup is a fresh embedded store, in a directory of the test's own.
+func sqliteSetup(t testing.TB) setup { return setup{deps: service.Deps{DataDir: t.TempDir()}} }
+
+// withRedis adds the test Redis, under a key prefix of this test, to s.
+func withRedis(t testing.TB, s setup) setup {
 	rdb := testenv.Redis(t, "")
 	prefix := testenv.Prefix(t) + ":"
 	testenv.CleanRedis(t, rdb, prefix)
-	cfg.Redis, cfg.RedisPrefix = rdb, prefix
-	return cfg
+	s.deps.Redis, s.cfg.RedisPrefix = rdb, prefix
+	return s
 }
 
 // instance is one running ID service with a client for it.
@@ -53,21 +66,21 @@ type instance struct {
 	stop func() error
 }
 
-// startInstance opens the ID service on cfg and serves it through the real server bootstrap
+// startInstance opens the ID service on s and serves it through the real server bootstrap
 // on a loopback port, as `coord serve` does, until stop or the end of the test.
-func startInstance(t testing.TB, cfg idgen.StoreConfig) *instance {
+func startInstance(t testing.TB, s setup) *instance {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := server.New(server.Config{Logger: logger})
-	cfg.Registerer, cfg.Logger = srv.Registry(), logger
-	svc, err := idgen.OpenService(context.Background(), cfg)
+	s.deps.Registerer, s.deps.Logger = srv.Registry(), logger
+	svc, closeSvc, err := idgenservice.OpenService(context.Background(), s.deps, s.cfg)
 	if err != nil {
-		t.Fatalf("idgen.OpenService: %v", err)
+		t.Fatalf("idgenservice.OpenService: %v", err)
 	}
 	srv.Handle(idgenv1connect.NewIdServiceHandler(svc, srv.HandlerOptions()...))
 	url, stopServer := testenv.Serve(t, srv)
 	stop := sync.OnceValue(func() error {
-		return errors.Join(stopServer(), svc.Close())
+		return errors.Join(stopServer(), closeSvc())
 	})
 	t.Cleanup(func() {
 		if err := stop(); err != nil {

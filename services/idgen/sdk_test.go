@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/coordkit/coordkit/libs/client"
 	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	"github.com/coordkit/coordkit/services/idgen"
 )
 
 // The Go SDK's IDs (libs/client) against real ID services: it lives in libs, but the
@@ -152,7 +150,7 @@ func TestSDKUniqueAcrossGoroutinesAndClients(t *testing.T) {
 // with an SDK client of its own whose blocks have one fixed size.
 func faultyInstance(t *testing.T, mode idgenv1.Mode, block int) (*client.IDs, *testenv.Proxy, string) {
 	t.Helper()
-	inst := startInstance(t, withRedis(t, idgen.StoreConfig{SQLitePath: filepath.Join(t.TempDir(), "idgen.db")}))
+	inst := startInstance(t, withRedis(t, sqliteSetup(t)))
 	tag := tagOf(t, mode)
 	createTag(t, inst, mode, tag, 1000)
 	proxy := testenv.NewProxy(t, inst.url[len("http://"):])
@@ -278,7 +276,7 @@ func TestSDKContextEndsWhileWaiting(t *testing.T) {
 // An IDs that is dropped leaves no goroutine behind: fetches end with their call. Not
 // parallel, so that the goroutines counted are this test's.
 func TestSDKLeavesNoGoroutine(t *testing.T) {
-	cfg := withRedis(t, idgen.StoreConfig{SQLitePath: filepath.Join(t.TempDir(), "idgen.db")})
+	cfg := withRedis(t, sqliteSetup(t))
 	inst := startInstance(t, cfg)
 	tags := map[idgenv1.Mode]string{}
 	for _, m := range sdkModes {
@@ -334,7 +332,7 @@ func TestSDKLeavesNoGoroutine(t *testing.T) {
 func BenchmarkSDKNext(b *testing.B) {
 	for _, mode := range []idgenv1.Mode{idgenv1.Mode_MODE_SEGMENT, idgenv1.Mode_MODE_REDIS_INCR, idgenv1.Mode_MODE_SNOWFLAKE, idgenv1.Mode_MODE_UUID_V7} {
 		b.Run(mode.String(), func(b *testing.B) {
-			inst := startInstance(b, withRedis(b, idgen.StoreConfig{SQLitePath: filepath.Join(b.TempDir(), "idgen.db")}))
+			inst := startInstance(b, withRedis(b, sqliteSetup(b)))
 			tag := tagOf(b, mode)
 			createTag(b, inst, mode, tag, 1000)
 			ids := client.New(inst.url).IDs()

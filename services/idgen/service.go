@@ -13,7 +13,6 @@ import (
 	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/libs/server"
-	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/services/idgen/block"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
@@ -44,7 +43,6 @@ type Service struct {
 	clock    func() time.Time
 	metrics  *metrics
 	log      *slog.Logger
-	closers  service.Closers // engines and stores, closed in reverse order
 }
 
 var _ idgenv1connect.IdServiceHandler = (*Service)(nil)
@@ -56,8 +54,8 @@ type source struct {
 	ranges func(ctx context.Context, dst []block.Range, tag string, n int) ([]block.Range, error)
 }
 
-// NewService returns the service over the configured engines. Close closes those engines
-// that have a Close method.
+// NewService returns the service over the configured engines, which the caller started and
+// closes after the service (idgenservice.Open does).
 func NewService(cfg Config) *Service {
 	s := &Service{
 		segments: cfg.Segments,
@@ -93,18 +91,12 @@ func NewService(cfg Config) *Service {
 	if cfg.RedisIncr != nil {
 		s.sources[idgenv1.Mode_MODE_REDIS_INCR] = source{ranges: cfg.RedisIncr.AppendRanges}
 	}
-	// Snowflake last: its Close releases the worker-id lease, which needs its store open.
-	for _, e := range []any{cfg.Snowflake, cfg.RedisIncr, cfg.Segments} {
-		if c, ok := e.(interface{ Close() error }); ok {
-			s.closers.Add(c.Close)
-		}
-	}
 	return s
 }
 
-// Close stops the engines (background reservations, lease renewal, releasing the worker id)
-// and closes the stores OpenService opened. Later calls do nothing.
-func (s *Service) Close() error { return s.closers.Close() }
+// Close stops the service. It has no background work of its own, and it closes no engine:
+// whoever started the engines (idgenservice.Open) stops them after it.
+func (s *Service) Close() error { return nil }
 
 // decimal formats the IDs of rs, n in all, as decimal strings, which JSON clients read
 // without losing precision. Their text is one allocation: the strings go out in one

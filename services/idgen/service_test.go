@@ -101,8 +101,8 @@ func TestModes(t *testing.T) {
 	ctx := context.Background()
 	const worker = 0b1010110101 // a fixed worker id whose bits show any shift or mask
 	cfg := withRedis(t, stores[0].open(t))
-	cfg.WorkerID = new(int)
-	*cfg.WorkerID = worker
+	cfg.cfg.WorkerID = new(int)
+	*cfg.cfg.WorkerID = worker
 	inst := startInstance(t, cfg)
 	c := inst.client
 	tag := testenv.Prefix(t)

@@ -11,7 +11,6 @@ import (
 
 	idgenv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
-	"github.com/coordkit/coordkit/services/idgen"
 )
 
 // collector records the IDs of one mode and counts duplicates.
@@ -59,7 +58,7 @@ func TestUniqueAcrossInstancesAndRestart(t *testing.T) {
 	}
 }
 
-func testUnique(t *testing.T, cfg idgen.StoreConfig, perInstance int) {
+func testUnique(t *testing.T, cfg setup, perInstance int) {
 	ctx := context.Background()
 	tag := testenv.Prefix(t)
 	modes := []idgenv1.Mode{idgenv1.Mode_MODE_SNOWFLAKE, idgenv1.Mode_MODE_SEGMENT, idgenv1.Mode_MODE_REDIS_INCR}

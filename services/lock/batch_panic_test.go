@@ -67,7 +67,7 @@ func TestPanicInBatch(t *testing.T) {
 		}
 		return
 	}
-	steps := redislock.New(redisconf.Pipelined(testenv.Redis(t, "")), testenv.Prefix(t))
+	steps := redislock.New(redisconf.Pipelined(testenv.Redis(t, "")), redislock.Config{Prefix: testenv.Prefix(t)})
 	inst := serveLock(t, lock.Config{
 		Backends: map[string]lock.Backend{"sqlite": panicky{sqliteStore(t)(t)}, "redis": panickySteps{steps}, "lost": lostHolds{steps}},
 		Default:  "sqlite",

@@ -80,7 +80,7 @@ func TestBatchIsOnePipeline(t *testing.T) {
 	rdb.AddHook(&trips)
 	prefix := testenv.Prefix(t)
 	inst := serveLock(t, lock.Config{
-		Backends: map[string]lock.Backend{"redis": redislock.New(redisconf.Pipelined(rdb), prefix)},
+		Backends: map[string]lock.Backend{"redis": redislock.New(redisconf.Pipelined(rdb), redislock.Config{Prefix: prefix})},
 		Logger:   slog.New(slog.DiscardHandler),
 	})
 	raw := client.New(inst.url, client.WithBatching(0)).Locks()
@@ -146,7 +146,7 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: rp.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	inst := serveLock(t, lock.Config{
-		Backends: map[string]lock.Backend{"redis": redislock.New(redisconf.Pipelined(rdb), "")},
+		Backends: map[string]lock.Backend{"redis": redislock.New(redisconf.Pipelined(rdb), redislock.Config{})},
 		Logger:   slog.New(slog.DiscardHandler),
 	})
 	raw := client.New(inst.url, client.WithBatching(0)).Locks()
@@ -178,7 +178,7 @@ func TestRunStepsWithoutPipelines(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t, "")
 	inst := serveLock(t, lock.Config{
-		Backends: map[string]lock.Backend{"redis": redislock.New(onlyScripter{rdb}, testenv.Prefix(t))},
+		Backends: map[string]lock.Backend{"redis": redislock.New(onlyScripter{rdb}, redislock.Config{Prefix: testenv.Prefix(t)})},
 		Logger:   slog.New(slog.DiscardHandler),
 	})
 	raw := client.New(inst.url, client.WithBatching(0)).Locks()

@@ -177,7 +177,7 @@ func TestBatchBackendKilledMidPipeline(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: rp.Addr(), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
 	inst := serveLock(t, lock.Config{
-		Backends: map[string]lock.Backend{"redis": redislock.New(redisconf.Pipelined(rdb), "")},
+		Backends: map[string]lock.Backend{"redis": redislock.New(redisconf.Pipelined(rdb), redislock.Config{})},
 		Logger:   slog.New(slog.DiscardHandler), // every batch after the kill logs its failures
 	})
 	raw := client.New(inst.url, client.WithBatching(0)).Locks()

@@ -36,7 +36,7 @@ func startExampleService(n int) ([]string, func()) {
 		backs []lock.Backend
 	)
 	for range n {
-		b, err := sqllock.OpenSQLite(ctx, filepath.Join(dir, "locks.db"))
+		b, err := sqllock.OpenSQLite(ctx, filepath.Join(dir, "locks.db"), sqllock.Config{})
 		if err != nil {
 			panic(err)
 		}

@@ -93,14 +93,14 @@ func redisStore(t *testing.T) func(t *testing.T) lock.Backend {
 	prefix := testenv.Prefix(t)
 	testenv.CleanRedis(t, testenv.Redis(t, ""), prefix)
 	return func(t *testing.T) lock.Backend {
-		return redislock.New(redisconf.Pipelined(testenv.Redis(t, "")), prefix) // as lockservice.Open wires it
+		return redislock.New(redisconf.Pipelined(testenv.Redis(t, "")), redislock.Config{Prefix: prefix}) // as lockservice.Open wires it
 	}
 }
 
 func sqliteStore(t *testing.T) func(t *testing.T) lock.Backend {
 	path := filepath.Join(t.TempDir(), "locks.db")
 	return func(t *testing.T) lock.Backend {
-		b, err := sqllock.OpenSQLite(context.Background(), path)
+		b, err := sqllock.OpenSQLite(context.Background(), path, sqllock.Config{})
 		if err != nil {
 			t.Fatalf("open sqlite: %v", err)
 		}

@@ -24,7 +24,7 @@ func TestMySQLRestart(t *testing.T) {
 	ctx := context.Background()
 	var clients [2]*instance
 	for i := range clients {
-		b, err := sqllock.OpenMySQL(ctx, db.DSN(), "")
+		b, err := sqllock.OpenMySQL(ctx, db.DSN(), sqllock.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ func mysqlStore(t *testing.T) func(t *testing.T) lock.Backend {
 		}
 	})
 	return func(t *testing.T) lock.Backend {
-		b, err := sqllock.OpenMySQL(context.Background(), testenv.MySQLDSN(), scope)
+		b, err := sqllock.OpenMySQL(context.Background(), testenv.MySQLDSN(), sqllock.Config{Scope: scope})
 		if err != nil {
 			t.Fatalf("open mysql (start it with deploy/dev/backends.sh up): %v", err)
 		}

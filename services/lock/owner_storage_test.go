@@ -38,7 +38,7 @@ var rawStores = []rawStore{
 		rdb := testenv.Redis(t, "")
 		prefix := testenv.Prefix(t)
 		testenv.CleanRedis(t, rdb, prefix)
-		return redislock.New(rdb, prefix), func(t *testing.T) []byte { return dumpRedis(t, rdb, prefix) }
+		return redislock.New(rdb, redislock.Config{Prefix: prefix}), func(t *testing.T) []byte { return dumpRedis(t, rdb, prefix) }
 	}},
 	{"redlock", false, func(t *testing.T) (lock.Backend, func(t *testing.T) []byte) {
 		prefix := testenv.Prefix(t)
@@ -80,7 +80,7 @@ var rawStores = []rawStore{
 	}},
 	{"sqlite", true, func(t *testing.T) (lock.Backend, func(t *testing.T) []byte) {
 		path := filepath.Join(t.TempDir(), "locks.db")
-		b, err := sqllock.OpenSQLite(context.Background(), path)
+		b, err := sqllock.OpenSQLite(context.Background(), path, sqllock.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

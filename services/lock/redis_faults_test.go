@@ -50,7 +50,7 @@ func TestRedisLeaseLoss(t *testing.T) {
 			prefix := testenv.Prefix(t)
 			testenv.CleanRedis(t, rdb, prefix)
 			proxy := testenv.NewProxy(t, testenv.RedisAddr())
-			inst := startInstance(t, "redis", redislock.New(testenv.Redis(t, proxy.Addr()), prefix))
+			inst := startInstance(t, "redis", redislock.New(testenv.Redis(t, proxy.Addr()), redislock.Config{Prefix: prefix}))
 
 			l := must(inst.client.Lock(context.Background(), "victim", client.WithTTL(ttl)))(t)
 			tt.breakLease(t, rdb, proxy, prefix+":{victim}")

@@ -71,7 +71,7 @@ type Service struct {
 	metrics  *metrics
 	log      *slog.Logger
 	// background runs the calls a request leaves behind (a fair waiter leaving its line);
-	// Close waits for them before it closes the backends.
+	// Close waits for them, so that the backends may close after it.
 	background tracked
 }
 
@@ -127,17 +127,14 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Close stops the service's event subscriptions and closes every backend (not the event
-// bus, which the process shares).
+// Close stops the service's event subscriptions and waits for its background calls. It
+// closes no backend, nor the event bus: whoever opened them closes them, after the service
+// (lockservice.Open's Mounted.Close does).
 func (s *Service) Close() error {
 	s.stopEvents()
 	s.expiries.stop()
 	s.background.close() // each call bounded by cleanupTimeout
-	var errs []error
-	for _, b := range s.backends {
-		errs = append(errs, b.Close())
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // backend resolves a request's backend name.

@@ -30,7 +30,7 @@ func TestTTLFractionOfAMillisecond(t *testing.T) {
 	rdb := testenv.Redis(t, "")
 	prefix := testenv.Prefix(t)
 	inst := serveLock(t, lock.Config{
-		Backends: map[string]lock.Backend{"redis": redislock.New(redisconf.Pipelined(rdb), prefix)},
+		Backends: map[string]lock.Backend{"redis": redislock.New(redisconf.Pipelined(rdb), redislock.Config{Prefix: prefix})},
 		Logger:   slog.New(slog.DiscardHandler),
 	})
 	raw := client.New(inst.url, client.WithBatching(0)).Locks()

@@ -79,7 +79,7 @@ var cutCases = []cutCase{
 		prefix := testenv.Prefix(t)
 		testenv.CleanRedis(t, testenv.Redis(t, ""), prefix)
 		p := testenv.NewProxy(t, testenv.RedisAddr())
-		return redislock.New(testenv.Redis(t, p.Addr()), prefix), redislock.New(testenv.Redis(t, ""), prefix), []*testenv.Proxy{p}
+		return redislock.New(testenv.Redis(t, p.Addr()), redislock.Config{Prefix: prefix}), redislock.New(testenv.Redis(t, ""), redislock.Config{Prefix: prefix}), []*testenv.Proxy{p}
 	}},
 	{name: "redlock", open: func(t *testing.T) (lock.Backend, lock.Backend, []*testenv.Proxy) {
 		prefix := testenv.Prefix(t)
@@ -120,7 +120,7 @@ var cutCases = []cutCase{
 		cfg.Addr = p.Addr()
 		var backends [2]lock.Backend
 		for i, dsn := range []string{cfg.FormatDSN(), direct} {
-			b, err := sqllock.OpenMySQL(context.Background(), dsn, scope)
+			b, err := sqllock.OpenMySQL(context.Background(), dsn, sqllock.Config{Scope: scope})
 			if err != nil {
 				t.Fatalf("open mysql at %s: %v", dsn, err)
 			}

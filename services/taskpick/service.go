@@ -106,7 +106,8 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Close stops the sweepers and the event subscription.
+// Close stops the sweepers and the event subscription. It closes no backend: whoever opened
+// them closes them, after the service (taskpickservice.Open's Mounted.Close does).
 func (s *Service) Close() error {
 	s.stopSweep()
 	s.swept.Wait()

@@ -117,12 +117,13 @@ const mysqlConns = 32
 // shuts it down.
 func startService(ctx context.Context, scfg serveConfig) (string, func() error, error) {
 	var closers service.Closers
-	if err := sqldb.SetSynchronous(scfg.sqliteSync); err != nil {
+	sqliteSync, err := sqldb.ParseSynchronous(scfg.sqliteSync)
+	if err != nil {
 		return "", nil, fmt.Errorf("bench: --sqlite-synchronous: %w", err)
 	}
 	logger := slog.New(slog.DiscardHandler)
 	srv := server.New(server.Config{Logger: logger})
-	deps := service.Deps{Logger: srv.Logger(), Registerer: srv.Registry(), HandlerOptions: srv.HandlerOptions(), DataDir: scfg.dataDir}
+	deps := service.Deps{Logger: srv.Logger(), Registerer: srv.Registry(), HandlerOptions: srv.HandlerOptions(), DataDir: scfg.dataDir, SQLiteSynchronous: sqliteSync}
 	if scfg.redisAddr != "" {
 		rdb, err := redisconf.Open(ctx, redisconf.Config{Addr: scfg.redisAddr})
 		if err != nil {
@@ -139,7 +140,7 @@ func startService(ctx context.Context, scfg serveConfig) (string, func() error, 
 		closers.Add(db.Close)
 		deps.MySQL = db
 	}
-	m, err := lockservice.Open(ctx, deps, lockservice.OpenConfig{
+	m, err := lockservice.Open(ctx, deps, lockservice.Config{
 		RedlockAddrs: splitList(scfg.redlockAddrs), ZooKeeperAddrs: splitList(scfg.zkAddrs), Scope: scfg.lockScope,
 	})
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/idgen"
 	"github.com/coordkit/coordkit/services/idgen/block"
+	"github.com/coordkit/coordkit/services/idgen/idgenservice"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 	"github.com/coordkit/coordkit/services/idgen/snowflake"
 	"github.com/coordkit/coordkit/services/idgen/uuidgen"
@@ -44,6 +45,8 @@ type benchIDConfig struct {
 	redisAddr string
 	mysqlDSN  string
 	asJSON    bool
+	// sqliteSync is how the in-process SQLite stores sync commits (--sqlite-synchronous).
+	sqliteSync sqldb.Synchronous
 }
 
 // genResult is one in-process generator measured with testing.Benchmark, or the SDK's Next
@@ -119,11 +122,11 @@ func measureID(ctx context.Context, cfg benchIDConfig, stderr io.Writer) (idMeas
 	if cfg.clients < 1 || cfg.batch < 1 || cfg.batch > idgen.MaxCount || cfg.duration <= 0 {
 		return idMeasured{}, fmt.Errorf("bench: --clients and --duration must be positive and --batch within [1, %d]", idgen.MaxCount)
 	}
-	gens, err := benchGenerators(ctx)
+	gens, err := benchGenerators(ctx, cfg.sqliteSync)
 	if err != nil {
 		return idMeasured{}, err
 	}
-	sw, err := benchSegmentSwitch(ctx)
+	sw, err := benchSegmentSwitch(ctx, cfg.sqliteSync)
 	if err != nil {
 		return idMeasured{}, err
 	}
@@ -136,13 +139,13 @@ func measureID(ctx context.Context, cfg benchIDConfig, stderr io.Writer) (idMeas
 }
 
 // benchGenerators measures each in-process generator for about a second, genRounds times.
-func benchGenerators(ctx context.Context) ([]genResult, error) {
+func benchGenerators(ctx context.Context, syncMode sqldb.Synchronous) ([]genResult, error) {
 	dir, err := os.MkdirTemp("", "coord-bench-id-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "ids.db"))
+	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "ids.db"), sqldb.WithSynchronous(syncMode))
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +258,10 @@ func benchGenerators(ctx context.Context) ([]genResult, error) {
 	return out, firstErr
 }
 
+// mysqlIDConns is the pool of the in-process ID service on --mysql-dsn: reservations are
+// rare (one per segment, a lease renewal every few seconds) and short.
+const mysqlIDConns = 8
+
 // genRounds is how many times each generator is measured; the fastest round counts.
 const genRounds = 2
 
@@ -275,23 +282,31 @@ func openIDService(ctx context.Context, cfg benchIDConfig) (string, []idgenv1.Mo
 	var closers service.Closers
 	closers.Add(func() error { return os.RemoveAll(dir) })
 	logger := slog.New(slog.DiscardHandler)
-	scfg := idgen.StoreConfig{SQLitePath: filepath.Join(dir, "idgen.db"), MySQLDSN: cfg.mysqlDSN, Logger: logger,
-		RedisPrefix: "coordkit:bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
+	deps := service.Deps{DataDir: dir, Logger: logger, SQLiteSynchronous: cfg.sqliteSync}
+	icfg := idgenservice.Config{RedisPrefix: "coordkit:bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
+	if cfg.mysqlDSN != "" {
+		db, err := sqldb.OpenMySQL(ctx, cfg.mysqlDSN, mysqlIDConns)
+		if err != nil {
+			return "", nil, nil, closers.Fail(fmt.Errorf("bench: --mysql-dsn: %w", err))
+		}
+		closers.Add(db.Close)
+		deps.MySQL = db
+	}
 	if cfg.redisAddr != "" {
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 64})
 		closers.Add(rdb.Close)
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			return "", nil, nil, closers.Fail(fmt.Errorf("bench: --redis-addr %s: %w", cfg.redisAddr, err))
 		}
-		scfg.Redis = rdb
+		deps.Redis = rdb
 	}
 	srv := server.New(server.Config{Logger: logger})
-	scfg.Registerer = srv.Registry()
-	svc, err := idgen.OpenService(ctx, scfg)
+	deps.Registerer = srv.Registry()
+	svc, closeSvc, err := idgenservice.OpenService(ctx, deps, icfg)
 	if err != nil {
 		return "", nil, nil, closers.Fail(fmt.Errorf("bench: %w", err))
 	}
-	closers.Add(svc.Close)
+	closers.Add(closeSvc)
 	srv.Handle(idgenv1connect.NewIdServiceHandler(svc, srv.HandlerOptions()...))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -41,14 +41,14 @@ type switchResult struct {
 // double buffer on SQLite with a fixed step, and splits the latencies at segment boundaries.
 // Segments of one tag and one instance are contiguous, so a call switched segments exactly
 // when its ID is a multiple of the step past the first one.
-func benchSegmentSwitch(ctx context.Context) (switchResult, error) {
+func benchSegmentSwitch(ctx context.Context, syncMode sqldb.Synchronous) (switchResult, error) {
 	res := switchResult{Step: switchStep}
 	dir, err := os.MkdirTemp("", "coord-bench-switch-")
 	if err != nil {
 		return res, fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "ids.db"))
+	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "ids.db"), sqldb.WithSynchronous(syncMode))
 	if err != nil {
 		return res, err
 	}

@@ -49,6 +49,8 @@ type taskBenchConfig struct {
 	asynqDB   int
 	timeout   time.Duration
 	asJSON    bool
+	// sqliteSync is how the in-process SQLite store syncs commits (--sqlite-synchronous).
+	sqliteSync sqldb.Synchronous
 }
 
 // taskBenchBackends are the backends `coordbench task` knows, in the order they run.
@@ -201,7 +203,12 @@ func startTaskService(ctx context.Context, cfg taskBenchConfig, backend, stamp s
 			return "", nil, fmt.Errorf("bench: %w", err)
 		}
 		closers.Add(func() error { return os.RemoveAll(dir) })
-		sq, err := sqltask.OpenSQLite(ctx, filepath.Join(dir, "tasks.db"), sqltask.Config{})
+		db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "tasks.db"), sqldb.WithSynchronous(cfg.sqliteSync))
+		if err != nil {
+			return "", nil, closers.Fail(fmt.Errorf("bench: sqlite: %w", err))
+		}
+		closers.Add(db.Close)
+		sq, err := sqltask.New(ctx, db, sqltask.Config{})
 		if err != nil {
 			return "", nil, closers.Fail(fmt.Errorf("bench: sqlite: %w", err))
 		}

@@ -134,10 +134,13 @@ without --server-pid) shows as -. --in-process runs the service in this process 
 	idCfg := benchIDFlags(id.Flags())
 	idSync := sqliteSyncFlag(id.Flags())
 	id.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := sqldb.SetSynchronous(*idSync); err != nil {
+		mode, err := sqldb.ParseSynchronous(*idSync)
+		if err != nil {
 			return usageErr(cmd, err)
 		}
-		return benchID(cmd.Context(), *idCfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		cfg := *idCfg
+		cfg.sqliteSync = mode
+		return benchID(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	}
 
 	contend := &cobra.Command{Use: "contend", Short: "one hot key over two instances: handoffs, waits, fairness, against go-redsync", Args: argsExactly()}
@@ -158,7 +161,7 @@ without --server-pid) shows as -. --in-process runs the service in this process 
 		if err != nil {
 			return usageErr(cmd, err)
 		}
-		if err := sqldb.SetSynchronous(*taskSync); err != nil {
+		if cfg.sqliteSync, err = sqldb.ParseSynchronous(*taskSync); err != nil {
 			return usageErr(cmd, err)
 		}
 		return benchTask(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())

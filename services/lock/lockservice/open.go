@@ -5,6 +5,7 @@ package lockservice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,9 +21,9 @@ import (
 	"github.com/coordkit/coordkit/services/lock/zklock"
 )
 
-// OpenConfig is the lock service's own configuration; the connections it shares with the
+// Config is the lock service's own configuration; the connections it shares with the
 // process's other services come in service.Deps.
-type OpenConfig struct {
+type Config struct {
 	// RedlockAddrs are independent Redis nodes (3 or 5) for the redlock backend; empty
 	// enables none.
 	RedlockAddrs []string
@@ -32,72 +33,91 @@ type OpenConfig struct {
 	// sqllock.DefaultScope.
 	Scope string
 	// Default is the backend of requests that name none; default the first enabled of
-	// redis, redlock, zookeeper and mysql, else sqlite.
+	// Backends.
 	Default string
 	// WaitAttempts is lock.Config.WaitAttempts.
 	WaitAttempts int
 }
 
-// Open opens the lock backends and the service over them: sqlite always, in the file
-// locks.db in Deps.DataDir; redis on Deps.Redis and mysql on Deps.MySQL when set; redlock
-// and zookeeper on their own connections to cfg's addresses. Lock events go to Deps.Events.
-// The Mounted service's Close closes the service and its backends, never Deps.
-func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Mounted, error) {
-	log := deps.Log()
-	var closers service.Closers
-	backends := map[string]lock.Backend{}
+// Backends are the lock backends, in default-backend preference: redis on Deps.Redis,
+// redlock and zookeeper on their own connections to Config's addresses, mysql on
+// Deps.MySQL, and sqlite, always, in the file locks.db in Deps.DataDir. Each is enabled by
+// what its Flag provides.
+var Backends = []service.Backend[lock.Backend, Config]{
+	{Name: "redis", Flag: "--redis-url", Open: func(_ context.Context, deps service.Deps, _ Config) (lock.Backend, func() error, error) {
+		rdb := deps.RedisClient()
+		if rdb == nil {
+			return nil, nil, nil
+		}
+		return redislock.New(redisconf.Pipelined(rdb), redislock.Config{}), nil, nil
+	}},
+	{Name: "redlock", Flag: "--redlock-addrs", Open: func(ctx context.Context, _ service.Deps, cfg Config) (lock.Backend, func() error, error) {
+		if len(cfg.RedlockAddrs) == 0 {
+			return nil, nil, nil
+		}
+		b, err := redlock.Open(ctx, cfg.RedlockAddrs, redlock.Config{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b.Close, nil
+	}},
+	{Name: "zookeeper", Flag: "--zk-addrs", Open: func(ctx context.Context, deps service.Deps, cfg Config) (lock.Backend, func() error, error) {
+		if len(cfg.ZooKeeperAddrs) == 0 {
+			return nil, nil, nil
+		}
+		b, err := zklock.Open(ctx, cfg.ZooKeeperAddrs, zklock.Config{Logger: deps.Log()})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b.Close, nil
+	}},
+	{Name: "mysql", Flag: "--mysql-dsn", Open: func(ctx context.Context, deps service.Deps, cfg Config) (lock.Backend, func() error, error) {
+		if deps.MySQL == nil {
+			return nil, nil, nil
+		}
+		b, err := sqllock.New(ctx, deps.MySQL, sqllock.Config{Scope: cfg.Scope, Logger: deps.Log()})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b.Close, nil
+	}},
+	{Name: "sqlite", Flag: "--data-dir", Open: func(ctx context.Context, deps service.Deps, _ Config) (lock.Backend, func() error, error) {
+		db, err := deps.OpenSQLite(ctx, "locks.db")
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := sqllock.New(ctx, db, sqllock.Config{Logger: deps.Log()})
+		if err != nil {
+			return nil, nil, errors.Join(err, db.Close())
+		}
+		return b, func() error { return errors.Join(b.Close(), db.Close()) }, nil
+	}},
+}
 
-	sq, err := sqllock.OpenSQLite(ctx, deps.SQLitePath("locks.db"), sqllock.WithLogger(log))
+// Open opens the enabled Backends and the service over them; lock events go to
+// Deps.Events. The Mounted service's Close closes the service (its event subscriptions and
+// background calls), then the backends, last opened first; never Deps.
+func Open(ctx context.Context, deps service.Deps, cfg Config) (*service.Mounted, error) {
+	var closers service.Closers
+	backends, err := service.OpenBackends(ctx, deps, cfg, Backends, &closers)
 	if err != nil {
 		return nil, closers.Fail(err)
 	}
-	closers.Add(sq.Close)
-	backends["sqlite"] = sq
-
-	if rdb := deps.RedisClient(); rdb != nil {
-		backends["redis"] = redislock.New(redisconf.Pipelined(rdb), "")
-	}
-	if len(cfg.RedlockAddrs) > 0 {
-		b, err := redlock.Open(ctx, cfg.RedlockAddrs, redlock.Config{})
-		if err != nil {
-			return nil, closers.Fail(fmt.Errorf("--redlock-addrs: %w", err))
-		}
-		closers.Add(b.Close)
-		backends["redlock"] = b
-	}
-	if len(cfg.ZooKeeperAddrs) > 0 {
-		b, err := zklock.Open(ctx, cfg.ZooKeeperAddrs, zklock.Config{Logger: log})
-		if err != nil {
-			return nil, closers.Fail(fmt.Errorf("--zk-addrs: %w", err))
-		}
-		closers.Add(b.Close)
-		backends["zookeeper"] = b
-	}
-	if deps.MySQL != nil {
-		b, err := sqllock.New(ctx, deps.MySQL, cfg.Scope, sqllock.WithLogger(log))
-		if err != nil {
-			return nil, closers.Fail(fmt.Errorf("--mysql-dsn: %w", err))
-		}
-		closers.Add(b.Close)
-		backends["mysql"] = b
-	}
-	def, err := service.DefaultBackend(backends, cfg.Default, "redis", "redlock", "zookeeper", "mysql", "sqlite")
+	def, err := service.DefaultBackend(backends, cfg.Default, service.Preference(Backends)...)
 	if err != nil {
 		return nil, closers.Fail(fmt.Errorf("--default-backend: %w", err))
 	}
-
 	svc, err := lock.NewService(lock.Config{
-		Backends: backends, Default: def, Registerer: deps.Registerer, Logger: log,
+		Backends: backends, Default: def, Registerer: deps.Registerer, Logger: deps.Log(),
 		WaitAttempts: cfg.WaitAttempts, Events: deps.Events,
 	})
 	if err != nil {
 		return nil, closers.Fail(fmt.Errorf("--default-backend: %w", err))
 	}
+	closers.Add(svc.Close) // stops the subscriptions and background calls before the backends close
 	path, h := lockv1connect.NewLockServiceHandler(svc, deps.HandlerOptions...)
 	return &service.Mounted{
-		Path: path, Handler: h,
-		// The service stops its event subscriptions and closes every backend.
-		Close:   svc.Close,
+		Path: path, Handler: h, Close: closers.Close,
 		Summary: []any{"lock_backends", strings.Join(slices.Sorted(maps.Keys(backends)), ","), "default", def},
 		Checks: service.BackendChecks(backends, func(ctx context.Context, b lock.Backend) error {
 			_, err := b.Inspect(ctx, healthKey)

@@ -34,7 +34,7 @@ func TestOpenBackends(t *testing.T) {
 	tests := []struct {
 		name         string
 		deps         service.Deps
-		cfg          lockservice.OpenConfig
+		cfg          lockservice.Config
 		backends     string
 		def          string
 		wantErrNamed string
@@ -42,12 +42,14 @@ func TestOpenBackends(t *testing.T) {
 		{name: "embedded only", backends: "sqlite", def: "sqlite"},
 		{name: "nil redis client", deps: service.Deps{Redis: nilClient}, backends: "sqlite", def: "sqlite"},
 		{name: "shared redis", deps: service.Deps{Redis: testenv.Redis(t, "")}, backends: "redis,sqlite", def: "redis"},
-		{name: "shared mysql", deps: service.Deps{MySQL: mysql}, cfg: lockservice.OpenConfig{Scope: scope},
+		{name: "shared mysql", deps: service.Deps{MySQL: mysql}, cfg: lockservice.Config{Scope: scope},
 			backends: "mysql,sqlite", def: "mysql"},
-		{name: "default named", deps: service.Deps{MySQL: mysql}, cfg: lockservice.OpenConfig{Scope: scope, Default: "sqlite"},
+		{name: "default named", deps: service.Deps{MySQL: mysql}, cfg: lockservice.Config{Scope: scope, Default: "sqlite"},
 			backends: "mysql,sqlite", def: "sqlite"},
-		{name: "unknown default", cfg: lockservice.OpenConfig{Default: "etcd"}, wantErrNamed: "--default-backend"},
-		{name: "redlock down", cfg: lockservice.OpenConfig{RedlockAddrs: []string{"127.0.0.1:1"}}, wantErrNamed: "--redlock-addrs"},
+		{name: "unknown default", cfg: lockservice.Config{Default: "etcd"}, wantErrNamed: "--default-backend"},
+		// An invalid setting refused at the SQLite open shows the service passes Deps' setting.
+		{name: "sqlite synchronous from deps", deps: service.Deps{SQLiteSynchronous: "off"}, wantErrNamed: "--data-dir"},
+		{name: "redlock down", cfg: lockservice.Config{RedlockAddrs: []string{"127.0.0.1:1"}}, wantErrNamed: "--redlock-addrs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,7 +34,7 @@ func TestClusterOfThreeHostileKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rdb.Close() })
-		return New(rdb, "")
+		return New(rdb, Config{})
 	}
 	a, b := open(), open()
 	ctx := context.Background()
@@ -103,7 +103,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rdb.Close()
-	b := New(rdb, "")
+	b := New(rdb, Config{})
 	const key = "}{failover"
 	first, err := b.TryAcquire(ctx, key, "owner-a", time.Minute)
 	if err != nil || !first.Acquired {

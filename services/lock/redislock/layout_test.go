@@ -41,7 +41,7 @@ func TestSlot(t *testing.T) {
 // fence counter, lease key and line together, braces or not.
 func TestClusterHostileKeys(t *testing.T) {
 	t.Parallel()
-	b := New(testenv.StartRedisCluster(t), "")
+	b := New(testenv.StartRedisCluster(t), Config{})
 	ctx := context.Background()
 	for _, key := range hostileKeys {
 		att, err := b.TryAcquire(ctx, key, "owner", time.Minute)
@@ -76,7 +76,7 @@ func TestStorageBoundedByLiveLocks(t *testing.T) {
 	rdb := testenv.Redis(t, "")
 	prefix := testenv.Prefix(t)
 	testenv.CleanRedis(t, rdb, prefix)
-	b := New(rdb, prefix)
+	b := New(rdb, Config{Prefix: prefix})
 	ctx := context.Background()
 
 	first, err := b.TryAcquire(ctx, "order:reused", "a", time.Minute)
@@ -139,7 +139,7 @@ func TestHoldLimit(t *testing.T) {
 	rdb := testenv.Redis(t, "")
 	prefix := testenv.Prefix(t)
 	testenv.CleanRedis(t, rdb, prefix)
-	b := New(rdb, prefix)
+	b := New(rdb, Config{Prefix: prefix})
 	ctx := context.Background()
 	att, err := b.TryAcquire(ctx, "deep", "o", time.Minute)
 	if err != nil || !att.Acquired {
@@ -169,7 +169,7 @@ func TestHoldLimit(t *testing.T) {
 
 // TestBackendKeysFollowLayout pins the backend's one-hash key building to the Layout's.
 func TestBackendKeysFollowLayout(t *testing.T) {
-	b := New(nil, "pfx")
+	b := New(nil, Config{Prefix: "pfx"})
 	for _, key := range []string{"k", "order:42", "{braced}", "ключ", ""} {
 		want := append(b.layout.Keys(key), b.layout.LeaseKey(key))
 		if got := b.keys(key); !slices.Equal(got, want) {

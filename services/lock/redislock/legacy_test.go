@@ -19,7 +19,7 @@ func TestLeaseOfOlderVersion(t *testing.T) {
 	rdb := testenv.Redis(t, "")
 	prefix := testenv.Prefix(t)
 	testenv.CleanRedis(t, rdb, prefix)
-	b := New(rdb, prefix)
+	b := New(rdb, Config{Prefix: prefix})
 	reports := make(chan lock.Expiry, 4)
 	b.ReportExpiries(func(e lock.Expiry) { reports <- e })
 

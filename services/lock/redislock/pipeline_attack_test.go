@@ -58,7 +58,7 @@ func floodPipelined(t *testing.T, b *Backend, during func(stop <-chan struct{}))
 func TestPipelinedScriptFlush(t *testing.T) {
 	rdb := testenv.Redis(t, "")
 	other := testenv.Redis(t, "")
-	b := New(redisconf.Pipelined(rdb), testenv.Prefix(t))
+	b := New(redisconf.Pipelined(rdb), Config{Prefix: testenv.Prefix(t)})
 	floodPipelined(t, b, func(stop <-chan struct{}) {
 		for {
 			select {
@@ -80,7 +80,7 @@ func TestPipelinedCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
-	b := New(redisconf.Pipelined(rdb), "")
+	b := New(redisconf.Pipelined(rdb), Config{})
 	floodPipelined(t, b, func(stop <-chan struct{}) {
 		for {
 			select {

@@ -35,14 +35,22 @@ var _ lock.ExpiryReporter = (*Backend)(nil)
 // nobody asked about within it goes unreported.
 const ExpiryGrace = time.Minute
 
-// New returns a backend on rdb whose keys start with prefix (DefaultPrefix when empty; no
-// braces, see NewLayout). The backend does not own rdb: whoever made the client closes it.
+// Config configures a Backend; the zero value is the default.
+type Config struct {
+	// Prefix starts every key the backend writes; default DefaultPrefix. No braces: see
+	// NewLayout.
+	Prefix string
+}
+
+// New returns a backend on rdb whose keys start with cfg.Prefix. The backend does not own
+// rdb: whoever made the client closes it.
 //
 // Make rdb with retries off (redis.Options.MaxRetries = -1): the client cannot know whether a
 // script whose reply was lost ran, and running the acquire script twice would count one
 // re-entry as two holds. The service reports the failure as unavailable instead and the
 // caller decides.
-func New(rdb redis.Scripter, prefix string) *Backend {
+func New(rdb redis.Scripter, cfg Config) *Backend {
+	prefix := cfg.Prefix
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}

@@ -88,7 +88,7 @@ func TestCASWritesOnlyTheRowAsRead(t *testing.T) {
 		},
 	}
 	forEngine(t, func(t *testing.T, e engine) {
-		be := e.newStore(t).open(t, WithReclaimInterval(0))
+		be := e.newStore(t).open(t, Config{ReclaimInterval: Off})
 		ctx := context.Background()
 		for i, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -322,7 +322,7 @@ func TestCASSameOwnerReenters(t *testing.T) {
 // "backend unavailable" (the batch's own timer for the same deadline may fire first).
 func TestDeadlineInBatchedReadIsTheCallers(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine) {
-		be := e.newStore(t).open(t, WithReclaimInterval(0))
+		be := e.newStore(t).open(t, Config{ReclaimInterval: Off})
 		var wrong atomic.Int64
 		var sample atomic.Value
 		for round := range 20 {

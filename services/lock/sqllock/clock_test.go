@@ -19,7 +19,7 @@ func openAt(t *testing.T, path string, src clock.Source) *Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(ctx, db, "", WithReclaimInterval(0))
+	b, err := New(ctx, db, Config{ReclaimInterval: Off})
 	if err != nil {
 		db.Close()
 		t.Fatal(err)

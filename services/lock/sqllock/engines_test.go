@@ -25,7 +25,7 @@ type engine struct {
 type store struct {
 	scope string
 	raw   *sql.DB
-	open  func(t *testing.T, opts ...Option) *Backend
+	open  func(t *testing.T, cfg ...Config) *Backend
 }
 
 var engines = []engine{
@@ -50,8 +50,8 @@ func sqliteStore(t *testing.T) *store {
 		t.Fatalf("open sqlite: %v", err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	return &store{scope: DefaultScope, raw: raw.DB, open: func(t *testing.T, opts ...Option) *Backend {
-		b, err := OpenSQLite(context.Background(), path, opts...)
+	return &store{scope: DefaultScope, raw: raw.DB, open: func(t *testing.T, cfg ...Config) *Backend {
+		b, err := OpenSQLite(context.Background(), path, firstConfig(cfg))
 		if err != nil {
 			t.Fatalf("open sqlite: %v", err)
 		}
@@ -74,14 +74,24 @@ func mysqlStore(t *testing.T) *store {
 		DropScope(context.Background(), raw.DB, scope) //nolint:errcheck // best effort
 		raw.Close()
 	})
-	return &store{scope: scope, raw: raw.DB, open: func(t *testing.T, opts ...Option) *Backend {
-		b, err := OpenMySQL(context.Background(), testenv.MySQLDSN(), scope, opts...)
+	return &store{scope: scope, raw: raw.DB, open: func(t *testing.T, cfg ...Config) *Backend {
+		c := firstConfig(cfg)
+		c.Scope = scope
+		b, err := OpenMySQL(context.Background(), testenv.MySQLDSN(), c)
 		if err != nil {
 			t.Fatalf("open mysql: %v", err)
 		}
 		t.Cleanup(func() { b.Close() })
 		return b
 	}}
+}
+
+// firstConfig is the Config a store's open was given, or the zero one.
+func firstConfig(cfg []Config) Config {
+	if len(cfg) == 0 {
+		return Config{}
+	}
+	return cfg[0]
 }
 
 // rows counts the store's lease rows (all keys, free ones too).

@@ -17,7 +17,7 @@ import (
 // while the others commit.
 func TestGroupOneFailsAlone(t *testing.T) {
 	t.Parallel()
-	b := sqliteStore(t).open(t, WithReclaimInterval(0))
+	b := sqliteStore(t).open(t, Config{ReclaimInterval: Off})
 	if b.group == nil {
 		t.Fatal("SQLite backend without group commit")
 	}
@@ -75,7 +75,7 @@ func TestGroupOneFailsAlone(t *testing.T) {
 // own would give: no rival ever gets a held key, hold counts are exact, tokens rise.
 func TestGroupCommitUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	b := sqliteStore(t).open(t, WithReclaimInterval(0))
+	b := sqliteStore(t).open(t, Config{ReclaimInterval: Off})
 	ctx := context.Background()
 	const owners, rounds = 16, 20
 	var mu sync.Mutex
@@ -140,7 +140,7 @@ func TestGroupCommitUnderConcurrency(t *testing.T) {
 // must agree with what was stored (a success applied, an error not).
 func TestGroupedCASFaultOnOneKeyFailsItAlone(t *testing.T) {
 	t.Parallel()
-	b := sqliteStore(t).open(t, WithReclaimInterval(0))
+	b := sqliteStore(t).open(t, Config{ReclaimInterval: Off})
 	ctx := context.Background()
 	const owners = 12
 	owner := func(i int) string { return fmt.Sprintf("owner-%02d-0123456789", i) }

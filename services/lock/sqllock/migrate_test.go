@@ -68,7 +68,7 @@ func TestMigrateFromSingleTable(t *testing.T) {
 		bs := make([]*Backend, 3)
 		var wg sync.WaitGroup
 		for i := range bs {
-			wg.Go(func() { bs[i] = s.open(t, WithKeepFree(0), WithReclaimInterval(0)) })
+			wg.Go(func() { bs[i] = s.open(t, Config{KeepFree: Off, ReclaimInterval: Off}) })
 		}
 		wg.Wait()
 		if t.Failed() {
@@ -174,7 +174,7 @@ func freshDatabase(t *testing.T, engine string) (*sql.DB, func(t *testing.T) *Ba
 		}
 		t.Cleanup(func() { raw.Close() })
 		return raw.DB, func(t *testing.T) *Backend {
-			b, err := OpenSQLite(ctx, path, WithReclaimInterval(0))
+			b, err := OpenSQLite(ctx, path, Config{ReclaimInterval: Off})
 			if err != nil {
 				t.Errorf("open: %v", err)
 				return nil
@@ -204,7 +204,7 @@ func freshDatabase(t *testing.T, engine string) (*sql.DB, func(t *testing.T) *Ba
 	}
 	t.Cleanup(func() { raw.Close() })
 	return raw, func(t *testing.T) *Backend {
-		b, err := OpenMySQL(ctx, dsn, DefaultScope, WithReclaimInterval(0))
+		b, err := OpenMySQL(ctx, dsn, Config{Scope: DefaultScope, ReclaimInterval: Off})
 		if err != nil {
 			t.Errorf("open: %v", err)
 			return nil

@@ -13,15 +13,14 @@ import (
 const mysqlConns = 16
 
 // OpenMySQL connects to the MySQL or MariaDB database in dsn (see sqldb.OpenMySQL), creates
-// the lock tables if needed, and returns a backend on it, in scope (DefaultScope when empty),
-// that owns the connection pool. At most 12 of its 16 connections run TryAcquire at once, so
+// the lock tables if needed, and returns a backend on it that owns the connection pool. At most 12 of its 16 connections run TryAcquire at once, so
 // a crowd of waiters cannot keep Release and Renew waiting for a connection.
-func OpenMySQL(ctx context.Context, dsn, scope string, opts ...Option) (*Backend, error) {
+func OpenMySQL(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	db, err := sqldb.OpenMySQL(ctx, dsn, mysqlConns)
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: %w", err)
 	}
-	b, err := New(ctx, db, scope, opts...)
+	b, err := New(ctx, db, cfg)
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -38,8 +38,8 @@ func TestFreeKeysLeaveNoRows(t *testing.T) {
 		s := e.newStore(t)
 		// Two instances, as a deployment has, both running janitors.
 		bs := []*Backend{
-			s.open(t, WithKeepFree(0), WithReclaimInterval(50*time.Millisecond)),
-			s.open(t, WithKeepFree(0), WithReclaimInterval(50*time.Millisecond)),
+			s.open(t, Config{KeepFree: Off, ReclaimInterval: 50 * time.Millisecond}),
+			s.open(t, Config{KeepFree: Off, ReclaimInterval: 50 * time.Millisecond}),
 		}
 		n := distinctKeys(e.name)
 		var (
@@ -113,7 +113,7 @@ func TestTokensRiseAcrossReclaim(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine) {
 		ctx := context.Background()
 		s := e.newStore(t)
-		b := s.open(t, WithKeepFree(0), WithReclaimInterval(0))
+		b := s.open(t, Config{KeepFree: Off, ReclaimInterval: Off})
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				key := "reused:" + tc.name
@@ -160,7 +160,7 @@ func TestJanitorReclaimsUntouched(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine) {
 		ctx := context.Background()
 		s := e.newStore(t)
-		b := s.open(t, WithReclaimInterval(50*time.Millisecond))
+		b := s.open(t, Config{ReclaimInterval: 50 * time.Millisecond})
 		for i := range 100 {
 			if att, err := b.TryAcquire(ctx, fmt.Sprint("crashed:", i), "o", 100*time.Millisecond); err != nil || !att.Acquired {
 				t.Fatalf("acquire: %+v, %v", att, err)
@@ -199,7 +199,7 @@ func TestConcurrentJanitors(t *testing.T) {
 		s := e.newStore(t)
 		var bs []*Backend
 		for range 3 {
-			bs = append(bs, s.open(t, WithKeepFree(0), WithReclaimInterval(0)))
+			bs = append(bs, s.open(t, Config{KeepFree: Off, ReclaimInterval: Off}))
 		}
 		const keys = 6
 		var (
@@ -291,7 +291,7 @@ func TestConcurrentJanitors(t *testing.T) {
 func TestCloseStopsJanitor(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine) {
 		s := e.newStore(t)
-		b := s.open(t, WithReclaimInterval(time.Millisecond))
+		b := s.open(t, Config{ReclaimInterval: time.Millisecond})
 		owned := b.owned
 		b.owned = nil // the test keeps the database open to see what runs after Close
 		t.Cleanup(func() { owned.Close() })

@@ -37,7 +37,7 @@ func TestNewOnSharedPool(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			db := tt.open(t)
-			b, err := New(ctx, db, scope, WithReclaimInterval(0))
+			b, err := New(ctx, db, Config{Scope: scope, ReclaimInterval: Off})
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}

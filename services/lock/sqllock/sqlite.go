@@ -8,14 +8,14 @@ import (
 )
 
 // OpenSQLite opens (creating if needed) the SQLite lock database at path (see
-// sqldb.OpenSQLite for its settings) and returns a backend on it, in DefaultScope, that owns
-// the database handle.
-func OpenSQLite(ctx context.Context, path string, opts ...Option) (*Backend, error) {
+// sqldb.OpenSQLite for its settings) and returns a backend on it that owns the database
+// handle.
+func OpenSQLite(ctx context.Context, path string, cfg Config) (*Backend, error) {
 	db, err := sqldb.OpenSQLite(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: %w", err)
 	}
-	b, err := New(ctx, db, "", opts...)
+	b, err := New(ctx, db, cfg)
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -18,8 +18,8 @@
 // # Storage bounded by live state
 //
 // The table coordkit_lock_leases holds the live leases and little else. A released key's
-// row stays, free, for a short while (WithKeepFree, 10s by default), so a busy key keeps
-// reusing it; then a janitor in every instance deletes it (WithReclaimInterval, 10s). The
+// row stays, free, for a short while (Config.KeepFree, 10s by default), so a busy key keeps
+// reusing it; then a janitor in every instance deletes it (Config.ReclaimInterval, 10s). The
 // janitor also deletes expired leases and the placeholder rows of acquires interrupted
 // between creating a key's row and taking it, in batches of at most 64 rows, each batch one
 // short transaction. Several instances may run it at once: each row is locked and checked
@@ -124,45 +124,65 @@ var _ lock.ExpiryReporter = (*Backend)(nil)
 // DefaultScope is the scope of a backend whose caller names none.
 const DefaultScope = "default"
 
-// Option configures a Backend.
-type Option func(*options)
+// Config configures a Backend; the zero value of each field means its default.
+type Config struct {
+	// Scope namespaces the backend's locks in a shared database; default DefaultScope.
+	Scope string
+	// KeepFree is how long a released key keeps its row, free, before the janitor may delete
+	// it (default 10s): a key locked again within it reuses the row. Off makes it
+	// reclaimable at once.
+	KeepFree time.Duration
+	// ReclaimInterval is how often the backend's janitor deletes reclaimable rows (default
+	// 10s); Off runs no background janitor, leaving Reclaim to the caller.
+	ReclaimInterval time.Duration
+	// Logger is where the janitor reports failures; default slog.Default().
+	Logger *slog.Logger
+}
 
+// Off turns a duration of Config off: KeepFree: Off frees a released key's row at once,
+// ReclaimInterval: Off runs no janitor. (0 means the default.)
+const Off time.Duration = -1
+
+// options are a Config with its defaults applied.
 type options struct {
 	keepFree, interval time.Duration
 	logger             *slog.Logger
 }
 
-// WithKeepFree sets how long a released key keeps its row, free, before the janitor may
-// delete it (default 10s): a key locked again within it reuses the row. 0 makes it
-// reclaimable at once.
-func WithKeepFree(d time.Duration) Option { return func(o *options) { o.keepFree = max(d, 0) } }
-
-// WithReclaimInterval sets how often the backend's janitor deletes reclaimable rows
-// (default 10s); 0 turns the background janitor off, leaving Reclaim to the caller.
-func WithReclaimInterval(d time.Duration) Option {
-	return func(o *options) { o.interval = max(d, 0) }
+// orDefault is d, def when d is 0, and 0 when d is negative (Off).
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d < 0:
+		return 0
+	case d == 0:
+		return def
+	}
+	return d
 }
-
-// WithLogger sets where the janitor reports failures (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // New creates the schema and this scope's fence floors if needed (migrating a scope of the
 // single-table layout, see the package doc) and returns a backend on db whose locks live in
-// scope (DefaultScope when empty), in the lock dialect of db's engine (SQLite or MySQL). Its
-// janitor runs until Close. The caller keeps ownership of db, which other services may
-// share: see the package doc for how many TryAcquires run on its pool at once.
-func New(ctx context.Context, db *sqldb.DB, scope string, opts ...Option) (*Backend, error) {
+// cfg.Scope, in the lock dialect of db's engine (SQLite or MySQL). Its janitor runs until
+// Close. The caller keeps ownership of db, which other services may share: see the package
+// doc for how many TryAcquires run on its pool at once.
+func New(ctx context.Context, db *sqldb.DB, cfg Config) (*Backend, error) {
 	d, err := dialectOf(db.Dialect)
 	if err != nil {
 		return nil, err
 	}
+	scope := cfg.Scope
 	if scope == "" {
 		scope = DefaultScope
 	}
-	b := &Backend{db: db.DB, d: d, scope: scope, o: options{keepFree: 10 * time.Second, interval: 10 * time.Second, logger: slog.Default()}}
-	for _, opt := range opts {
-		opt(&b.o)
+	o := options{
+		keepFree: orDefault(cfg.KeepFree, 10*time.Second),
+		interval: orDefault(cfg.ReclaimInterval, 10*time.Second),
+		logger:   cfg.Logger,
 	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	b := &Backend{db: db.DB, d: d, scope: scope, o: o}
 	b.reserveConns(db.Stats().MaxOpenConnections)
 	b.startGroupCommit()
 	b.startPeeks()

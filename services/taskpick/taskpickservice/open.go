@@ -5,6 +5,7 @@ package taskpickservice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -19,10 +20,10 @@ import (
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"
 )
 
-// OpenConfig holds the task service's own settings; its connections come from service.Deps.
-type OpenConfig struct {
+// Config holds the task service's own settings; its connections come from service.Deps.
+type Config struct {
 	// Default names the backend of requests that name none; empty means the first enabled of
-	// redis, mysql, else sqlite.
+	// Backends.
 	Default string
 	// Retention keeps acked tasks as done for this long; 0 deletes them at Ack.
 	Retention time.Duration
@@ -31,29 +32,49 @@ type OpenConfig struct {
 	SweepInterval time.Duration
 }
 
-// Open opens the task backends on the shared connections (SQLite always, in deps.DataDir;
-// Redis and MySQL when deps has them) and returns the mounted service.
-func Open(ctx context.Context, deps service.Deps, cfg OpenConfig) (*service.Mounted, error) {
-	var closers service.Closers
-	backends := map[string]taskpick.Backend{}
-	sq, err := sqltask.OpenSQLite(ctx, deps.SQLitePath("tasks.db"), sqltask.Config{Retention: cfg.Retention})
-	if err != nil {
-		return nil, err
-	}
-	closers.Add(sq.Close)
-	backends["sqlite"] = sq
-	if rdb := deps.RedisClient(); rdb != nil {
-		backends["redis"] = redistask.New(rdb, redistask.Config{Retention: cfg.Retention, Scripts: redisconf.Pipelined(rdb)})
-	}
-	if deps.MySQL != nil {
+// Backends are the task backends, in default-backend preference: redis on Deps.Redis,
+// mysql on Deps.MySQL, and sqlite, always, in the file tasks.db in Deps.DataDir.
+var Backends = []service.Backend[taskpick.Backend, Config]{
+	{Name: "redis", Flag: "--redis-url", Open: func(_ context.Context, deps service.Deps, cfg Config) (taskpick.Backend, func() error, error) {
+		rdb := deps.RedisClient()
+		if rdb == nil {
+			return nil, nil, nil
+		}
+		return redistask.New(rdb, redistask.Config{Retention: cfg.Retention, Scripts: redisconf.Pipelined(rdb)}), nil, nil
+	}},
+	{Name: "mysql", Flag: "--mysql-dsn", Open: func(ctx context.Context, deps service.Deps, cfg Config) (taskpick.Backend, func() error, error) {
+		if deps.MySQL == nil {
+			return nil, nil, nil
+		}
 		b, err := sqltask.New(ctx, deps.MySQL, sqltask.Config{Retention: cfg.Retention})
 		if err != nil {
-			return nil, closers.Fail(fmt.Errorf("--mysql-dsn: %w", err))
+			return nil, nil, err
 		}
-		closers.Add(b.Close)
-		backends["mysql"] = b
+		return b, b.Close, nil
+	}},
+	{Name: "sqlite", Flag: "--data-dir", Open: func(ctx context.Context, deps service.Deps, cfg Config) (taskpick.Backend, func() error, error) {
+		db, err := deps.OpenSQLite(ctx, "tasks.db")
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := sqltask.New(ctx, db, sqltask.Config{Retention: cfg.Retention})
+		if err != nil {
+			return nil, nil, errors.Join(err, db.Close())
+		}
+		return b, func() error { return errors.Join(b.Close(), db.Close()) }, nil
+	}},
+}
+
+// Open opens the enabled Backends and the service over them and returns it mounted. The
+// Mounted service's Close stops the service (its sweepers and event subscription), then
+// closes the backends, last opened first; never Deps.
+func Open(ctx context.Context, deps service.Deps, cfg Config) (*service.Mounted, error) {
+	var closers service.Closers
+	backends, err := service.OpenBackends(ctx, deps, cfg, Backends, &closers)
+	if err != nil {
+		return nil, closers.Fail(err)
 	}
-	def, err := service.DefaultBackend(backends, cfg.Default, "redis", "mysql", "sqlite")
+	def, err := service.DefaultBackend(backends, cfg.Default, service.Preference(Backends)...)
 	if err != nil {
 		return nil, closers.Fail(fmt.Errorf("--task-default-backend: %w", err))
 	}

@@ -1,4 +1,4 @@
-package idgen_test
+package idgenservice_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/coordkit/coordkit/libs/client/gen/coordkit/idgen/v1/idgenv1connect"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
-	"github.com/coordkit/coordkit/services/idgen"
+	"github.com/coordkit/coordkit/services/idgen/idgenservice"
 )
 
 // TestOpenSharedDB checks that a service on a shared database leaves it open when it closes:
@@ -23,7 +23,7 @@ func TestOpenSharedDB(t *testing.T) {
 	noErr(t, err)
 	t.Cleanup(func() { db.Close() })
 
-	m, err := idgen.Open(ctx, service.Deps{MySQL: db, DataDir: t.TempDir()}, idgen.OpenConfig{})
+	m, err := idgenservice.Open(ctx, service.Deps{MySQL: db, DataDir: t.TempDir()}, idgenservice.Config{})
 	noErr(t, err)
 	if m.Path != "/"+idgenv1connect.IdServiceName+"/" || m.Handler == nil {
 		t.Fatalf("mounted at %q (handler %v), want /%s/", m.Path, m.Handler, idgenv1connect.IdServiceName)
@@ -45,18 +45,20 @@ func TestOpenConfigErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		deps service.Deps
-		cfg  idgen.OpenConfig
+		cfg  idgenservice.Config
 		want string
 	}{
-		{"leases on redis without redis", service.Deps{}, idgen.OpenConfig{WorkerLeases: idgen.LeasesRedis}, "--redis-addr"},
-		{"leases on a nil redis client", service.Deps{Redis: nilClient}, idgen.OpenConfig{WorkerLeases: idgen.LeasesRedis}, "--redis-addr"},
-		{"unknown lease store", service.Deps{}, idgen.OpenConfig{WorkerLeases: "etcd"}, "--id-worker-leases"},
+		{"leases on redis without redis", service.Deps{}, idgenservice.Config{WorkerLeases: idgenservice.LeasesRedis}, "--redis-addr"},
+		{"leases on a nil redis client", service.Deps{Redis: nilClient}, idgenservice.Config{WorkerLeases: idgenservice.LeasesRedis}, "--redis-addr"},
+		// An invalid setting refused at the SQLite open shows the service passes Deps' setting.
+		{"sqlite synchronous from deps", service.Deps{SQLiteSynchronous: "off"}, idgenservice.Config{}, "--data-dir"},
+		{"unknown lease store", service.Deps{}, idgenservice.Config{WorkerLeases: "etcd"}, "--id-worker-leases"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tt.deps.DataDir = t.TempDir()
-			m, err := idgen.Open(context.Background(), tt.deps, tt.cfg)
+			m, err := idgenservice.Open(context.Background(), tt.deps, tt.cfg)
 			if err == nil {
 				m.Close()
 				t.Fatalf("Open succeeded, want an error naming %s", tt.want)
@@ -65,5 +67,12 @@ func TestOpenConfigErrors(t *testing.T) {
 				t.Fatalf("Open error = %v, want one naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+func noErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
 	}
 }
