@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -27,13 +26,12 @@ import (
 	"github.com/coordkit/coordkit/libs/client"
 	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1/taskpickv1connect"
-	"github.com/coordkit/coordkit/libs/redisconf"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/redistask"
-	"github.com/coordkit/coordkit/services/taskpick/sqltask"
+	"github.com/coordkit/coordkit/services/taskpick/taskpickservice"
 )
 
 // taskBenchConfig is everything `coordbench task` can be told.
@@ -53,8 +51,9 @@ type taskBenchConfig struct {
 	sqliteSync sqldb.Synchronous
 }
 
-// taskBenchBackends are the backends `coordbench task` knows, in the order they run.
-var taskBenchBackends = []string{"sqlite", "redis", "mysql"}
+// taskBenchBackends are the backends `coordbench task` knows, in the order they run: every
+// one of taskpickservice.Backends.
+var taskBenchBackends = service.Preference(taskpickservice.Backends)
 
 // taskBenchTTL is the lease of every benchmarked pick: far longer than a run, so no task
 // is ever recovered and picked twice.
@@ -189,64 +188,31 @@ func benchTaskBackend(ctx context.Context, cfg taskBenchConfig, backend, stamp s
 	return out, stop()
 }
 
-// startTaskService opens backend and serves a task service on it in-process on a loopback
-// port, as `coord serve` would. It returns the base URL and the function that stops the
-// service, deletes the run's tasks and keys, and closes what it opened.
+// startTaskService serves a task service on backend in-process on a loopback port, opened
+// by taskpickservice.Open as `coord serve` opens it: the bench only supplies the connection
+// (Deps) the backend needs and what deletes the run's tasks afterwards. It returns the base
+// URL and the function that stops the service, deletes the run's tasks and keys, and closes
+// what it opened.
 func startTaskService(ctx context.Context, cfg taskBenchConfig, backend, stamp string) (string, func() error, error) {
 	var closers service.Closers
 	quiet := slog.New(slog.DiscardHandler)
-	var b taskpick.Backend
-	switch backend {
-	case "sqlite":
-		dir, err := os.MkdirTemp("", "coord-bench-task-")
-		if err != nil {
-			return "", nil, fmt.Errorf("bench: %w", err)
-		}
-		closers.Add(func() error { return os.RemoveAll(dir) })
-		db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "tasks.db"), sqldb.WithSynchronous(cfg.sqliteSync))
-		if err != nil {
-			return "", nil, closers.Fail(fmt.Errorf("bench: sqlite: %w", err))
-		}
-		closers.Add(db.Close)
-		sq, err := sqltask.New(ctx, db, sqltask.Config{})
-		if err != nil {
-			return "", nil, closers.Fail(fmt.Errorf("bench: sqlite: %w", err))
-		}
-		closers.Add(sq.Close)
-		b = sq
-	case "redis":
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 256, MaxRetries: -1})
-		closers.Add(rdb.Close)
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return "", nil, closers.Fail(fmt.Errorf("bench: --redis-addr %s: %w", cfg.redisAddr, err))
-		}
-		prefix := "coordkit:bench:" + stamp
-		closers.Add(func() error { return deleteRedisPrefix(context.WithoutCancel(ctx), rdb, prefix) })
-		b = redistask.New(rdb, redistask.Config{Prefix: prefix, Scripts: redisconf.Pipelined(rdb)}) // as taskpickservice.Open wires it
-	case "mysql":
-		db, err := sqldb.OpenMySQL(ctx, cfg.mysqlDSN, 32)
-		if err != nil {
-			return "", nil, closers.Fail(fmt.Errorf("bench: --mysql-dsn: %w", err))
-		}
-		closers.Add(db.Close)
-		closers.Add(func() error { // a run that failed midway leaves rows behind
-			_, err := db.ExecContext(context.WithoutCancel(ctx), "DELETE FROM coordkit_tasks WHERE pool LIKE ?", "bench-"+stamp+"-%")
-			return err
-		})
-		sq, err := sqltask.New(ctx, db, sqltask.Config{})
-		if err != nil {
-			return "", nil, closers.Fail(fmt.Errorf("bench: mysql: %w", err))
-		}
-		closers.Add(sq.Close)
-		b = sq
-	}
-	svc, err := taskpick.NewService(taskpick.Config{Backends: map[string]taskpick.Backend{backend: b}, Logger: quiet})
+	dir, err := os.MkdirTemp("", "coord-bench-task-")
 	if err != nil {
-		return "", nil, closers.Fail(fmt.Errorf("bench: %w", err))
+		return "", nil, fmt.Errorf("bench: %w", err)
 	}
-	closers.Add(svc.Close)
+	closers.Add(func() error { return os.RemoveAll(dir) })
+	deps := service.Deps{Logger: quiet, DataDir: dir, SQLiteSynchronous: cfg.sqliteSync}
+	if err := taskBenchDeps[backend](ctx, cfg, stamp, &deps, &closers); err != nil {
+		return "", nil, closers.Fail(err)
+	}
 	srv := server.New(server.Config{Logger: quiet})
-	srv.Handle(taskpickv1connect.NewTaskPickServiceHandler(svc, srv.HandlerOptions()...))
+	deps.HandlerOptions = srv.HandlerOptions()
+	m, err := taskpickservice.Open(ctx, deps, taskpickservice.Config{Default: backend})
+	if err != nil {
+		return "", nil, closers.Fail(fmt.Errorf("bench: %s: %w", backend, err))
+	}
+	closers.Add(m.Close)
+	srv.Handle(m.Path, m.Handler)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, closers.Fail(fmt.Errorf("bench: %w", err))
@@ -261,15 +227,64 @@ func startTaskService(ctx context.Context, cfg taskBenchConfig, backend, stamp s
 	return "http://" + ln.Addr().String(), stop, nil
 }
 
-// deleteRedisPrefix deletes every key under prefix.
-func deleteRedisPrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+// taskBenchDeps gives the connection each of taskpickservice.Backends needs to deps, with
+// a closer that deletes what a run left behind; a backend missing here fails
+// TestTaskBenchCoversEveryBackend.
+var taskBenchDeps = map[string]func(ctx context.Context, cfg taskBenchConfig, stamp string, deps *service.Deps, closers *service.Closers) error{
+	"sqlite": func(context.Context, taskBenchConfig, string, *service.Deps, *service.Closers) error {
+		return nil // always opened, in deps.DataDir, removed with it
+	},
+	"redis": func(ctx context.Context, cfg taskBenchConfig, stamp string, deps *service.Deps, closers *service.Closers) error {
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 256, MaxRetries: -1})
+		closers.Add(rdb.Close)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("bench: --redis-addr %s: %w", cfg.redisAddr, err)
+		}
+		closers.Add(func() error { return deleteRedisPools(context.WithoutCancel(ctx), rdb, "bench-"+stamp+"-") })
+		deps.Redis = rdb
+		return nil
+	},
+	"mysql": func(ctx context.Context, cfg taskBenchConfig, stamp string, deps *service.Deps, closers *service.Closers) error {
+		db, err := sqldb.OpenMySQL(ctx, cfg.mysqlDSN, 32)
+		if err != nil {
+			return fmt.Errorf("bench: --mysql-dsn: %w", err)
+		}
+		closers.Add(db.Close)
+		closers.Add(func() error { // a run that failed midway leaves rows behind
+			_, err := db.ExecContext(context.WithoutCancel(ctx), "DELETE FROM coordkit_tasks WHERE pool LIKE ?", "bench-"+stamp+"-%")
+			return err
+		})
+		deps.MySQL = db
+		return nil
+	},
+}
+
+// deleteRedisPools deletes the keys of every pool whose name starts with poolPrefix, under
+// the task backend's key prefix (a run that failed midway leaves tasks behind), and takes
+// the pools off the backend's pools hash.
+func deleteRedisPools(ctx context.Context, rdb *redis.Client, poolPrefix string) error {
+	iter := rdb.Scan(ctx, 0, redistask.DefaultPrefix+":{*}:*"+poolPrefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		if err := rdb.Del(ctx, iter.Val()).Err(); err != nil {
 			return err
 		}
 	}
-	return iter.Err()
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	pools := redistask.DefaultPrefix + ":pools"
+	names, err := rdb.HKeys(ctx, pools).Result()
+	if err != nil {
+		return err
+	}
+	for _, m := range names {
+		if strings.HasPrefix(m, poolPrefix) {
+			if err := rdb.HDel(ctx, pools, m).Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // taskErrors counts a run's errors, keeping the first.
