@@ -150,8 +150,17 @@ func (x *IDs) buffer(mode idgenv1.Mode, tag string) *idBuffer {
 
 // fetch calls the service for a block of n IDs of k: numeric modes as ranges, which a
 // service older than ranges answers with strings instead.
+//
+// A call that fails as unavailable is sent once more at once: the usual cause is a pooled
+// connection that the network or the server closed while it sat idle (after an outage, the
+// first call on each such connection fails), and sending Next again is always safe: a block
+// whose answer was lost only leaves a gap, never an ID issued twice.
 func (x *IDs) fetch(ctx context.Context, k idKey, n int) (idBlock, error) {
-	res, err := x.svc.Next(ctx, &idgenv1.NextRequest{Mode: k.mode, Tag: k.tag, Count: uint32(n), Ranges: numericMode(k.mode)})
+	req := &idgenv1.NextRequest{Mode: k.mode, Tag: k.tag, Count: uint32(n), Ranges: numericMode(k.mode)}
+	res, err := x.svc.Next(ctx, req)
+	if connect.CodeOf(err) == connect.CodeUnavailable && ctx.Err() == nil {
+		res, err = x.svc.Next(ctx, req)
+	}
 	if err != nil {
 		return idBlock{}, err
 	}

@@ -220,7 +220,7 @@ func TestSDKFailedRefill(t *testing.T) {
 			proxy.Restore()
 			time.Sleep(50 * time.Millisecond)  // past the first pause (10ms)
 			take(t, ids, m.mode, tag, 1, seen) // retries
-			time.Sleep(500 * time.Millisecond) // the retry lands, far quicker than this
+			time.Sleep(2 * time.Second)        // the retry lands, far quicker than this
 			proxy.Cut()
 			take(t, ids, m.mode, tag, block-12+block, seen)
 			wantCallError(t, ids, m.mode, tag)
