@@ -44,14 +44,33 @@ var behaviours = []struct {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
+	// The rows run conformanceRows at a time across the backends, each on its own store: they
+	// mostly wait (leases, run_at, sweeps, waiting picks), and one at a time made this table
+	// most of the package's CI time. The pool is the table's own, so the package's other tests
+	// keep -parallel's company.
+	slots := make(chan struct{}, conformanceRows)
+	var backendsDone sync.WaitGroup
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			for _, c := range behaviours {
-				t.Run(c.name, func(t *testing.T) { c.run(t, b) })
-			}
+		backendsDone.Go(func() {
+			t.Run(b.name, func(t *testing.T) {
+				var rows sync.WaitGroup
+				for _, c := range behaviours {
+					rows.Go(func() {
+						slots <- struct{}{}
+						defer func() { <-slots }()
+						t.Run(c.name, func(t *testing.T) { c.run(t, b) })
+					})
+				}
+				rows.Wait()
+			})
 		})
 	}
+	backendsDone.Wait()
 }
+
+// conformanceRows is how many rows of TestConformance run at once.
+const conformanceRows = 4
 
 // one starts one instance with events on a fresh store.
 func one(t *testing.T, b backendCase) *instance {
