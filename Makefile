@@ -3,10 +3,11 @@
 
 MODULES := libs/client libs services/lock services/idgen services/taskpick cmd/coord e2e tools/bench
 PKGS    := github.com/coordkit/coordkit/...
-# go test starts the packages in the order given, GOMAXPROCS at a time: services/lock, whose
-# tests take the longest by far (mostly waiting on leases), starts first and the others run
-# beside it, instead of it starting last in the alphabetical order and finishing alone.
-TEST_PKGS := github.com/coordkit/coordkit/services/lock $(PKGS)
+# go test starts the packages in the order given, GOMAXPROCS at a time: the longest ones
+# (services/lock, mostly waiting on leases; services/taskpick, its scale test; e2e) start
+# first and the short ones fill in beside them, instead of a long one starting last in the
+# alphabetical order and finishing alone.
+TEST_PKGS := $(addprefix github.com/coordkit/coordkit/,services/lock services/taskpick e2e) $(PKGS)
 
 # buf is the prebuilt binary from the npm registry, its version and integrity pinned by
 # tools/buf/package-lock.json (`make buf` installs it; no node needed to run it). The plugins
