@@ -47,7 +47,7 @@ func TestPausedWorkerLearnsFirst(t *testing.T) {
 	in := startInstance(t, "coord-1", "--nats-url", testenv.NATSURL(), "--mysql-dsn", testenv.MySQLDSN(),
 		"--redis-addr", testenv.RedisAddr())
 	prefix := testenv.Prefix(t)
-	const ttl = time.Second
+	const ttl = 3 * time.Second // as pausedLeaseTTL: room for the renewals before the pause on a loaded host
 
 	proc := startPaused(t, "pauseworker", "-server", in.URL(), "-backends", strings.Join(backends, ","),
 		"-prefix", prefix, "-n", fmt.Sprint(pausedTasks), "-ttl", ttl.String(), "-skew", pausedClockSkew.String())

@@ -57,8 +57,17 @@ func TestRunBatchAllAtOnce(t *testing.T) {
 		if int(ran.Load()) != n || len(panicked) != wantPanics {
 			t.Fatalf("round %d: %d of %d operations ran, %d panics recovered, want %d", round, ran.Load(), n, len(panicked), wantPanics)
 		}
-		if idle := idleWorkers.Load(); idle > maxIdleWorkers {
-			t.Fatalf("round %d: %d workers idle, want at most %d", round, idle, maxIdleWorkers)
+		// A worker over the bound counts itself idle for a moment before it takes itself off
+		// again and exits (on a starved host, long enough to be seen): give the burst's last
+		// workers a moment to settle. A real excess stays for workerIdle (10s), far longer.
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+			idle := idleWorkers.Load()
+			if idle <= maxIdleWorkers {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d workers idle 2s after the burst, want at most %d", round, idle, maxIdleWorkers)
+			}
 		}
 	}
 }

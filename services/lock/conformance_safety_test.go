@@ -133,8 +133,9 @@ func testTakeoverNotBeforeExpiry(t *testing.T, bc backendCase) {
 			defer func() { <-sem }()
 			key := fmt.Sprintf("race-%d", i)
 			// A wait lets the service retry what a loaded machine makes unavailable
-			// (Redlock gives each node a tenth of the 100ms ttl); the key is free.
-			first := must(acquire(ctx, a, key, "", ttl, 5*time.Second))(t)
+			// (Redlock gives each node a tenth of the 100ms ttl); the key is free. 5s of
+			// retries were not enough on a CI host at a load of 10 with other rows beside.
+			first := must(acquire(ctx, a, key, "", ttl, 30*time.Second))(t)
 			if !first.GetAcquired() {
 				t.Errorf("trial %d: first acquire of a free lock: %v", i, first)
 				return

@@ -13,25 +13,26 @@ import (
 	"github.com/coordkit/coordkit/libs/testenv"
 )
 
-// testWatchdogKeepsLock holds a lock for five leases while another owner keeps trying, with
-// one slow moment in the middle: right after a renewal the holder's network holds all
-// traffic until 75% into the lease, so the next renewal (due at a third) takes more than a
-// renewal interval to answer, longer than a fixed per-try timeout of one interval would allow
-// (what failed CI on a loaded host) but inside the lease. The watchdog must ride it out and
-// the rival never get in. The ttl is 3s so that Redlock's per-node timeout (a tenth of it)
-// survives an overloaded CI host; the slow moment scales with it.
+// testWatchdogKeepsLock holds a lock for several leases while another owner keeps trying,
+// with one slow moment in the middle: right after a renewal the holder's network holds all
+// traffic until a quarter of a lease before the holder's deadline (about 65% into the lease),
+// so the next renewal (due at a third) takes more than a renewal interval to answer, longer
+// than a fixed per-try timeout of one interval would allow (what failed CI on a loaded host)
+// but inside the lease. The watchdog must ride it out and the rival never get in. The ttl is
+// 4s so that Redlock's per-node timeout (a tenth of it) survives an overloaded CI host, and
+// the renewal after the slow moment has a second, on the holder's own deadline, to get
+// through (450ms, reckoned on the service's clock, were missed on a CI host at a load of 18).
 func testWatchdogKeepsLock(t *testing.T, bc backendCase) {
 	rig := newWatchdogRig(t, bc)
 	ctx := context.Background()
-	const ttl = 3 * time.Second
+	const ttl = 4 * time.Second
 	l := must(rig.holder.Lock(ctx, "dog", client.WithTTL(ttl)))(t)
 	stopRivals := watchRivals(t, rig.rival, "dog")
 	defer stopRivals()
 
 	renewed := awaitRenewal(t, l, 10*ttl)
-	renewedAt := renewed.Add(-ttl) // about when the service renewed, on its clock
 	rig.proxy.Stall()
-	time.Sleep(time.Until(renewedAt.Add(ttl * 3 / 4)))
+	time.Sleep(time.Until(l.Deadline().Add(-ttl / 4)))
 	rig.proxy.Resume()
 
 	deadline := time.Now().Add(3 * ttl)
