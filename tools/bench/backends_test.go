@@ -1,8 +1,10 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
+	"github.com/coordkit/coordkit/services/lock/lockservice"
 	"github.com/coordkit/coordkit/services/taskpick/taskpickservice"
 )
 
@@ -17,5 +19,20 @@ func TestTaskBenchCoversEveryBackend(t *testing.T) {
 	}
 	if len(taskBenchDeps) != len(taskpickservice.Backends) {
 		t.Errorf("taskBenchDeps has %d entries, taskpickservice.Backends %d", len(taskBenchDeps), len(taskpickservice.Backends))
+	}
+}
+
+// TestLockBenchCoversEveryBackend fails when the lock service gains a backend that
+// `coordbench lock` and `coordbench contend` do not measure.
+func TestLockBenchCoversEveryBackend(t *testing.T) {
+	t.Parallel()
+	for _, b := range lockservice.Backends {
+		target := "service/" + b.Name
+		if !slices.Contains(allTargets(), target) {
+			t.Errorf("backend %q of lockservice.Backends: coordbench lock has no target %s", b.Name, target)
+		}
+		if !slices.Contains(contendTargets(), target) {
+			t.Errorf("backend %q of lockservice.Backends: coordbench contend has no target %s", b.Name, target)
+		}
 	}
 }
