@@ -196,8 +196,9 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // leaveQueue takes a fair waiter that did not get the lock out of the backend's line at
 // once, so the waiters behind it do not wait out its entry's lease. It runs even when the
 // request was canceled (that is when it matters most), in the background; Close waits for
-// it before it closes the backend, so a server's shutdown, which cancels its waits, does not
-// leave their entries behind.
+// it, and whoever opened the backend closes it only after Close (lockservice's
+// Mounted.Close), so a server's shutdown, which cancels its waits, does not leave their
+// entries behind.
 func (s *Service) leaveQueue(ctx context.Context, name string, queue QueueBackend, key, owner string) {
 	s.background.Go(func() {
 		ctx, cancel := cleanupContext(ctx)
