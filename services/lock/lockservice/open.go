@@ -49,7 +49,8 @@ var Backends = []service.Backend[lock.Backend, Config]{
 		if rdb == nil {
 			return nil, nil, nil
 		}
-		return redislock.New(redisconf.Pipelined(rdb), redislock.Config{}), nil, nil
+		b := redislock.New(redisconf.Pipelined(rdb), redislock.Config{})
+		return b, b.Close, nil
 	}},
 	{Name: "redlock", Flag: "--redlock-addrs", Open: func(ctx context.Context, _ service.Deps, cfg Config) (lock.Backend, func() error, error) {
 		if len(cfg.RedlockAddrs) == 0 {

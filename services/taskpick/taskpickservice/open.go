@@ -40,7 +40,8 @@ var Backends = []service.Backend[taskpick.Backend, Config]{
 		if rdb == nil {
 			return nil, nil, nil
 		}
-		return redistask.New(rdb, redistask.Config{Retention: cfg.Retention, Scripts: redisconf.Pipelined(rdb)}), nil, nil
+		b := redistask.New(rdb, redistask.Config{Retention: cfg.Retention, Scripts: redisconf.Pipelined(rdb)})
+		return b, b.Close, nil
 	}},
 	{Name: "mysql", Flag: "--mysql-dsn", Open: func(ctx context.Context, deps service.Deps, cfg Config) (taskpick.Backend, func() error, error) {
 		if deps.MySQL == nil {
