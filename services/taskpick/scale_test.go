@@ -24,9 +24,11 @@ import (
 // held by two leases at once: with a 30s ttl no lease expires, so any second pick of a task
 // is a double grab.
 func TestTaskGrabAtScale(t *testing.T) {
+	t.Parallel()
 	const tasks, workers = 10000, 32
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			open, bus := b.store(t), embeddedBus(t)
 			ins := []*instance{startInstance(t, b.name, open(t), bus), startInstance(t, b.name, open(t), bus)}
 			p := pool(t, "scale")
