@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,26 +62,46 @@ func TestConformance(t *testing.T) {
 	// leases, ttls and polling, and two at a time (-parallel's default on a 2-core CI host)
 	// made this table alone most of a CI run. The pool is the table's own, so the package's
 	// other timing-bound tests keep -parallel's default company.
-	slots := make(chan struct{}, conformanceRows)
-	var rows sync.WaitGroup
+	// Rows take their slots in table order, the longest behaviours first, so that the table
+	// does not end with a few long rows running alone.
+	type row struct {
+		name string
+		bc   backendCase
+		run  func(t *testing.T, bc backendCase)
+	}
+	var long, short []row
 	for _, bc := range backends {
 		for _, tr := range transports {
 			bc := bc // each transport's rows keep their own copy
 			bc.unary = tr.unary
 			for _, b := range behaviours {
-				rows.Go(func() {
-					slots <- struct{}{}
-					defer func() { <-slots }()
-					t.Run(bc.name+"/"+tr.name+"/"+b.name, func(t *testing.T) { b.run(t, bc) })
-				})
+				r := row{bc.name + "/" + tr.name + "/" + b.name, bc, b.run}
+				if slices.Contains(longRows, b.name) {
+					long = append(long, r)
+				} else {
+					short = append(short, r)
+				}
 			}
 		}
+	}
+	slots := make(chan struct{}, conformanceRows)
+	var rows sync.WaitGroup
+	for _, r := range append(long, short...) {
+		slots <- struct{}{}
+		rows.Go(func() {
+			defer func() { <-slots }()
+			t.Run(r.name, func(t *testing.T) { r.run(t, r.bc) })
+		})
 	}
 	rows.Wait()
 }
 
 // conformanceRows is how many rows of TestConformance run at once.
 const conformanceRows = 6
+
+// longRows are the behaviours whose rows take longest (watchdog renewals across a stall,
+// expiries waited out): they start first.
+var longRows = []string{"WatchdogKeepsLock", "LostWhenServiceUnreachable", "ExpiredEvents", "SameOwnerConcurrentReentry", "NoLostWakeup"}
 
 func acquire(ctx context.Context, c *client.Client, key, owner string, ttl, wait time.Duration) (*lockv1.AcquireResponse, error) {
 	return c.Locks().Acquire(ctx, &lockv1.AcquireRequest{
