@@ -3,6 +3,7 @@ package sqltask
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -74,42 +75,73 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 	return out, nil
 }
 
-// pickStatements prepares (once, then from the cache) what a pick of n in order runs: the
-// candidate SELECTs, then an UPDATE of n rows by seq that gives each its lease's digest
-// (unused places hold seq 0, which no row has).
-func (b *Backend) pickStatements(ctx context.Context, n int, order taskpick.Order) ([]*sql.Stmt, error) {
+// pickCols are the columns a pick reads of each candidate: what it answers, and its place in
+// every pick order.
+const pickCols = "seq, id, payload, neg_priority, token, attempt, max_attempts, run_at, rnd"
+
+// pickStmts are the statements of a pick of n in one order.
+type pickStmts struct {
+	// cands read the candidates, skipping rows others hold (where the engine has row locks).
+	cands []*sql.Stmt
+	// lease leases n rows by seq, giving each its lease's digest (unused places hold seq 0,
+	// which no row has).
+	lease *sql.Stmt
+	// peek and lockSeqs find the rows cands skipped (see takeSkipped); nil without row locks.
+	peek     []*sql.Stmt
+	lockSeqs *sql.Stmt
+}
+
+// pickStatements prepares (once, then from the cache) what a pick of n in order runs.
+func (b *Backend) pickStatements(ctx context.Context, n int, order taskpick.Order) (pickStmts, error) {
 	var digests strings.Builder
 	digests.WriteString(", lease_hash = CASE seq")
 	for range n {
 		digests.WriteString(" WHEN ? THEN ?")
 	}
 	digests.WriteString(" ELSE lease_hash END")
-	qs := append(candidates("seq, id, payload, neg_priority, token, attempt, max_attempts", order, b.d.SkipLocked),
-		"UPDATE "+table+leaseSet+digests.String()+" WHERE seq IN ("+placeholders(n)+")")
-	sts := make([]*sql.Stmt, len(qs))
-	for i, q := range qs {
-		st, err := b.stmtN(ctx, q)
-		if err != nil {
-			return nil, err
+	var out pickStmts
+	prep := func(qs ...string) ([]*sql.Stmt, error) {
+		sts := make([]*sql.Stmt, len(qs))
+		for i, q := range qs {
+			st, err := b.stmtN(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			sts[i] = st
 		}
-		sts[i] = st
+		return sts, nil
 	}
-	return sts, nil
+	var err error
+	if out.cands, err = prep(candidates(pickCols, order, b.d.SkipLocked)...); err != nil {
+		return out, err
+	}
+	lease, err := prep("UPDATE " + table + leaseSet + digests.String() + " WHERE seq IN (" + placeholders(n) + ")")
+	if err != nil {
+		return out, err
+	}
+	out.lease = lease[0]
+	if b.d.SkipLocked == "" {
+		return out, nil
+	}
+	if out.peek, err = prep(candidates("seq", order, "")...); err != nil {
+		return out, err
+	}
+	lock, err := prep("SELECT " + pickCols + ", pool, state FROM " + table + " WHERE seq IN (" + placeholders(n) + ")" + b.d.ForUpdate)
+	if err != nil {
+		return out, err
+	}
+	out.lockSeqs = lock[0]
+	return out, nil
 }
 
 // pickLocked leases up to spec.N tasks: the candidate reads, one row at a time until the
 // answer's budget is spent (full), then one UPDATE of the rows it kept.
-func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts []*sql.Stmt, pool string, spec taskpick.PickSpec, now int64) (tasks []taskpick.LeasedTask, full bool, err error) {
-	type cand struct {
-		seq   int64
-		task  taskpick.LeasedTask
-		token uint64
-	}
+func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, spec taskpick.PickSpec, now int64) (tasks []taskpick.LeasedTask, full bool, err error) {
 	n := spec.N
 	var found []cand
 	used := 0
 	r := randomPosition()
-	for _, st := range sts[:len(sts)-1] {
+	for _, st := range sts.cands {
 		if len(found) == n || full {
 			break
 		}
@@ -122,9 +154,8 @@ func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts []*sql.Stmt, p
 			return nil, false, err
 		}
 		for rows.Next() {
-			var c cand
-			var neg int64
-			if err := rows.Scan(&c.seq, &c.task.ID, &c.task.Payload, &neg, &c.token, &c.task.Attempt, &c.task.MaxAttempts); err != nil {
+			c, err := scanCand(rows)
+			if err != nil {
 				rows.Close()
 				return nil, false, err
 			}
@@ -133,12 +164,31 @@ func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts []*sql.Stmt, p
 				full = true
 				break
 			}
-			c.task.Priority = int32(-neg)
 			found = append(found, c)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, false, err
+		}
+	}
+	if sts.peek != nil && len(found) < n && !full {
+		skipped, err := b.takeSkipped(ctx, tx, sts, pool, spec.Order, now, r, n, found)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, c := range skipped {
+			if len(found) == n {
+				break
+			}
+			used += taskpick.AnswerBytes(len(c.task.Payload), len(c.task.ID))
+			if used > spec.MaxBytes && len(found) > 0 {
+				full = true
+				break
+			}
+			found = append(found, c)
+		}
+		if len(skipped) > 0 {
+			slices.SortFunc(found, pickOrder(spec.Order, r))
 		}
 	}
 	if len(found) == 0 {
@@ -159,7 +209,7 @@ func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts []*sql.Stmt, p
 		}
 		args = append(args, seq)
 	}
-	if _, err := tx.StmtContext(ctx, sts[len(sts)-1]).ExecContext(ctx, args...); err != nil {
+	if _, err := tx.StmtContext(ctx, sts.lease).ExecContext(ctx, args...); err != nil {
 		return nil, false, err
 	}
 	tasks = make([]taskpick.LeasedTask, len(found))
