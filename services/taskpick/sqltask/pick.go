@@ -41,7 +41,8 @@ const leaseSet = " SET state = 2, attempt = attempt + 1, run_at = ?, token = CAS
 
 // Pick implements taskpick.Backend: one transaction that reads up to n due tasks in the pick's
 // order (on InnoDB with a locking read that skips rows other pickers hold, so concurrent
-// pickers take disjoint tasks without waiting; on SQLite the IMMEDIATE transaction holds the
+// pickers take disjoint tasks without waiting, and then takes what that read skipped when it
+// found fewer than asked, see takeSkipped; on SQLite the IMMEDIATE transaction holds the
 // whole file), then leases the ones it keeps with one UPDATE. The tasks come back in the
 // order they were read: pick order.
 func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
