@@ -3,6 +3,7 @@ package sqltask
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,8 +42,8 @@ const leaseSet = " SET state = 2, attempt = attempt + 1, run_at = ?, token = CAS
 
 // Pick implements taskpick.Backend: one transaction that reads up to n due tasks in the pick's
 // order (on InnoDB with a locking read that skips rows other pickers hold, so concurrent
-// pickers take disjoint tasks without waiting, and then takes what that read skipped when it
-// found fewer than asked, see takeSkipped; on SQLite the IMMEDIATE transaction holds the
+// pickers take disjoint tasks without waiting; when that read skipped due tasks and found
+// fewer than asked, the pick runs again taking those first, see takeSkipped; on SQLite the IMMEDIATE transaction holds the
 // whole file), then leases the ones it keeps with one UPDATE. The tasks come back in the
 // order they were read: pick order.
 func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
@@ -54,13 +55,19 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	err = b.tx(ctx, func(tx *sql.Tx) (err error) {
-		if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
+	run := func(skippedFirst bool) error {
+		return b.tx(ctx, func(tx *sql.Tx) (err error) {
+			if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
+				return err
+			}
+			out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, now, skippedFirst)
 			return err
-		}
-		out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, now)
-		return err
-	})
+		})
+	}
+	err = run(false)
+	if errors.Is(err, errSkipped) {
+		err = run(true)
+	}
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
@@ -137,11 +144,27 @@ func (b *Backend) pickStatements(ctx context.Context, n int, order taskpick.Orde
 
 // pickLocked leases up to spec.N tasks: the candidate reads, one row at a time until the
 // answer's budget is spent (full), then one UPDATE of the rows it kept.
-func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, spec taskpick.PickSpec, now int64) (tasks []taskpick.LeasedTask, full bool, err error) {
+func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, spec taskpick.PickSpec, now int64, skippedFirst bool) (tasks []taskpick.LeasedTask, full bool, err error) {
 	n := spec.N
 	var found []cand
+	have := map[int64]bool{}
 	used := 0
 	r := randomPosition()
+	if skippedFirst {
+		skipped, err := b.takeSkipped(ctx, tx, sts, pool, spec.Order, now, r, n)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, c := range skipped {
+			used += taskpick.AnswerBytes(len(c.task.Payload), len(c.task.ID))
+			if used > spec.MaxBytes && len(found) > 0 {
+				full = true
+				break
+			}
+			found = append(found, c)
+			have[c.seq] = true
+		}
+	}
 	for _, st := range sts.cands {
 		if len(found) == n || full {
 			break
@@ -160,6 +183,9 @@ func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, poo
 				rows.Close()
 				return nil, false, err
 			}
+			if have[c.seq] { // locked by takeSkipped: this transaction's own lock
+				continue
+			}
 			used += taskpick.AnswerBytes(len(c.task.Payload), len(c.task.ID))
 			if used > spec.MaxBytes && len(found) > 0 {
 				full = true
@@ -172,24 +198,15 @@ func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, poo
 			return nil, false, err
 		}
 	}
-	if sts.peek != nil && len(found) < n && !full {
-		skipped, err := b.takeSkipped(ctx, tx, sts, pool, spec.Order, now, r, n, found)
+	if skippedFirst {
+		slices.SortFunc(found, pickOrder(spec.Order, r))
+	} else if sts.peek != nil && len(found) < n && !full {
+		missed, err := b.missed(ctx, tx, sts, pool, spec.Order, now, r, n, found)
 		if err != nil {
 			return nil, false, err
 		}
-		for _, c := range skipped {
-			if len(found) == n {
-				break
-			}
-			used += taskpick.AnswerBytes(len(c.task.Payload), len(c.task.ID))
-			if used > spec.MaxBytes && len(found) > 0 {
-				full = true
-				break
-			}
-			found = append(found, c)
-		}
-		if len(skipped) > 0 {
-			slices.SortFunc(found, pickOrder(spec.Order, r))
+		if len(missed) > 0 {
+			return nil, false, errSkipped
 		}
 	}
 	if len(found) == 0 {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"slices"
 
 	"github.com/coordkit/coordkit/services/taskpick"
@@ -45,18 +46,20 @@ func pickOrder(o taskpick.Order, r int64) func(a, b cand) int {
 	return func(a, b cand) int { return cmp.Or(cmp.Compare(a.runAt, b.runAt), cmp.Compare(a.seq, b.seq)) }
 }
 
-// takeSkipped locks the due tasks of pool that the pick's reads skipped, waiting for their
-// holders, and returns those still available, in pick order.
+// errSkipped ends a pick's first transaction when its read skipped due tasks: the pick runs
+// again, taking those first (takeSkipped).
+var errSkipped = errors.New("sqltask: pick skipped locked tasks")
+
+// missed reads, without locks, which of the first n due tasks of pool in pick order the
+// pick's reads skipped: those not in found.
 //
 // SKIP LOCKED skips a row whoever holds it, and a picker is not the only holder: on InnoDB
 // a locking range read also locks the first index entry past its range, with its row, until
 // it commits, and that entry is the next pool's first task when the read reaches the end of
 // its own pool (a pick of an empty pool always does). Skipping it would answer that pool's
 // pick empty, or short, while its task is ready, and a waiting pick woken for the task would
-// sleep again. So a pick that found fewer than n reads which due tasks it missed, without
-// locks, then locks those rows by primary key, which touches no other row, and checks them
-// again under the lock: one a rival picker held comes back leased, and is left out.
-func (b *Backend) takeSkipped(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, o taskpick.Order, now, r int64, n int, found []cand) ([]cand, error) {
+// sleep again.
+func (b *Backend) missed(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, o taskpick.Order, now, r int64, n int, found []cand) ([]any, error) {
 	have := make(map[int64]bool, len(found))
 	for _, c := range found {
 		have[c.seq] = true
@@ -86,8 +89,19 @@ func (b *Backend) takeSkipped(ctx context.Context, tx *sql.Tx, sts pickStmts, po
 			return nil, err
 		}
 	}
-	if len(missed) == 0 {
-		return nil, nil
+	return missed, nil
+}
+
+// takeSkipped starts a pick's second transaction, before it holds any lock: it locks the
+// first n due tasks of pool in pick order by primary key, which touches no other row, waiting
+// for their holders, and returns those still available under the lock, in pick order; one a
+// rival picker held comes back leased, and is left out. Waiting while holding no lock, and on
+// rows in primary key order only, it closes no cycle with first transactions, which skip
+// locked rows instead of waiting.
+func (b *Backend) takeSkipped(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, o taskpick.Order, now, r int64, n int) ([]cand, error) {
+	missed, err := b.missed(ctx, tx, sts, pool, o, now, r, n, nil)
+	if err != nil || len(missed) == 0 {
+		return nil, err
 	}
 	for len(missed) < n {
 		missed = append(missed, int64(0)) // no row has seq 0

@@ -14,10 +14,10 @@
 //
 // A pick is one short transaction: a SELECT of up to n due tasks in the pick's order (on
 // MySQL … FOR UPDATE SKIP LOCKED, so concurrent pickers take disjoint tasks without waiting
-// for each other; SQLite's IMMEDIATE transactions lock the whole file; a MySQL pick that
-// found fewer than n then locks, by primary key and waiting, the due tasks that read skipped,
-// since InnoDB's range reads also lock the next pool's first task), then one UPDATE that
-// leases them, each with the digest of its lease's secret (lease_hash); the tasks are
+// for each other; SQLite's IMMEDIATE transactions lock the whole file; a MySQL pick whose
+// read skipped due tasks and found fewer than n runs again, first locking those by primary
+// key, waiting, since InnoDB's range reads also lock the next pool's first task), then one
+// UPDATE that leases them, each with the digest of its lease's secret (lease_hash); the tasks are
 // answered in the order read. Ack, Extend and Nack are single statements whose WHERE checks
 // the token, the digest and that the lease has not ended, so a stale worker, or one that only
 // knows the token, changes nothing. The sweep recovers expired leases with the same locking select, so
