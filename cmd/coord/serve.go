@@ -36,6 +36,8 @@ type serveConfig struct {
 	redlockAddrs   string
 	zkAddrs        string
 	mysqlDSN       string
+	postgresURL    string
+	postgresSchema string
 	lockScope      string
 	idWorkerLeases string
 	defaultBackend string
@@ -68,7 +70,9 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.redlockAddrs, "redlock-addrs", "", "comma-separated independent Redis nodes (3 or 5); enables the redlock backend")
 	fs.StringVar(&c.zkAddrs, "zk-addrs", "", "comma-separated ZooKeeper host:port list; enables the zookeeper backend")
 	fs.StringVar(&c.mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB DSN (user:pass@tcp(host:3306)/db); enables the mysql backend")
-	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL database (default \"default\")")
+	fs.StringVar(&c.postgresURL, "postgres-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db?sslmode=verify-full); enables the postgres backend")
+	fs.StringVar(&c.postgresSchema, "postgres-schema", sqldb.DefaultPostgresSchema, "PostgreSQL schema of coordkit's tables, created when missing")
+	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL or PostgreSQL database (default \"default\")")
 	fs.StringVar(&c.taskDefault, "task-default-backend", "", "task backend for requests that name none (default: the first enabled of redis, mysql, else sqlite)")
 	fs.DurationVar(&c.taskRetention, "task-retention", 0, "keep acked tasks this long (a Put of their id then reports them as existing); 0 deletes them at Ack")
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
@@ -151,6 +155,9 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 // 12 TryAcquires at once on it and keeps 4 for Release and Renew; the ID engines need a
 // few.
 const mysqlConns = 32
+
+// postgresConns is the pool every service shares on --postgres-url, sized as mysqlConns.
+const postgresConns = 32
 
 // serviceEntry is one service `coord serve` mounts: open builds it on the shared Deps.
 type serviceEntry struct {
@@ -243,8 +250,8 @@ func newServer(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*serv
 	return srv, closeAll, nil
 }
 
-// openDeps opens the connections every service shares, once: the event bus, and Redis and
-// MySQL when configured. It adds their Close to closers.
+// openDeps opens the connections every service shares, once: the event bus, and Redis,
+// MySQL and PostgreSQL when configured. It adds their Close to closers.
 func openDeps(ctx context.Context, cfg serveConfig, srv *server.Server, logger *slog.Logger, closers *service.Closers) (service.Deps, error) {
 	deps := service.Deps{
 		// The server's logger: lines logged with a request's context name its caller.
@@ -282,6 +289,16 @@ func openDeps(ctx context.Context, cfg serveConfig, srv *server.Server, logger *
 		}
 		closers.Add(db.Close)
 		deps.MySQL = db
+	}
+	if cfg.postgresURL != "" {
+		shown := sqldb.RedactPostgresURL(cfg.postgresURL)
+		db, err := sqldb.OpenPostgres(ctx, cfg.postgresURL, sqldb.PostgresConfig{Schema: cfg.postgresSchema, MaxConns: postgresConns})
+		if err != nil {
+			return deps, fmt.Errorf("--postgres-url: %w", err)
+		}
+		closers.Add(db.Close)
+		deps.Postgres = db
+		logger.Info("postgres", "url", shown, "schema", cmp.Or(cfg.postgresSchema, sqldb.DefaultPostgresSchema))
 	}
 	return deps, nil
 }

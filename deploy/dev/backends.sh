@@ -13,6 +13,8 @@ ZK_PORT=${COORDKIT_DEV_ZK_PORT:-2181}
 NATS_PORT=${COORDKIT_DEV_NATS_PORT:-4222}
 ZK_DIR=${COORDKIT_DEV_ZK_DIR:-/var/lib/coordkit/zookeeper}
 MYSQL_DATABASE=${COORDKIT_DEV_MYSQL_DATABASE:-coordkit}
+PG_PORT=${COORDKIT_DEV_PG_PORT:-5432}
+PG_DATABASE=${COORDKIT_DEV_PG_DATABASE:-coordkit}
 
 log() { printf 'backends: %s\n' "$*" >&2; }
 
@@ -68,6 +70,43 @@ mysql_up() {
   # Parallel test instances each keep a connection pool: leave them room.
   mariadb -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS \`$MYSQL_DATABASE\`;
     SET GLOBAL max_connections = GREATEST(@@GLOBAL.max_connections, 512)"
+}
+
+pg_ok() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc 'SELECT 1' >/dev/null 2>&1; }
+
+# pg_psql SQL: runs SQL as the postgres superuser on the dev cluster.
+pg_psql() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qAtc "$1"; }
+
+# pg_up: Debian's PostgreSQL cluster on 127.0.0.1, trusting local connections (dev only),
+# with the database the tests use and room for every parallel test's pool.
+pg_up() {
+  if ! { command -v psql >/dev/null && pg_ok; }; then
+    command -v pg_ctlcluster >/dev/null || apt_install postgresql postgresql-client
+    local version
+    version=$(ls /etc/postgresql | sort -V | tail -1)
+    if [ -z "$version" ]; then
+      log "no PostgreSQL cluster in /etc/postgresql"
+      return 1
+    fi
+    log "starting postgresql $version on 127.0.0.1:$PG_PORT"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+    wait_for postgresql pg_ok || {
+      # A fresh package install authenticates by peer: trust loopback for the dev cluster.
+      local hba=/etc/postgresql/$version/main/pg_hba.conf
+      sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/' "$hba"
+      pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+      wait_for postgresql pg_ok
+    }
+  fi
+  if [ "$(pg_psql "SELECT COUNT(*) FROM pg_database WHERE datname = '$PG_DATABASE'")" = 0 ]; then
+    pg_psql "CREATE DATABASE \"$PG_DATABASE\""
+  fi
+  if [ "$(pg_psql 'SHOW max_connections')" -lt 500 ]; then
+    log "raising postgresql max_connections to 500 (restart)"
+    pg_psql "ALTER SYSTEM SET max_connections = 500"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main restart
+    wait_for postgresql pg_ok
+  fi
 }
 
 zk_ok() {
@@ -134,6 +173,7 @@ case "${1:-}" in
     redis_up "$REDIS_PORT"
     for port in $REDLOCK_PORTS; do redis_up "$port"; done
     mysql_up
+    pg_up
     zk_up
     nats_up
     tools_up
@@ -146,6 +186,7 @@ case "${1:-}" in
       status_line "redlock 127.0.0.1:$port" redis_ok "$port" || rc=1
     done
     status_line "mariadb 127.0.0.1:3306" mysql_ok || rc=1
+    status_line "postgresql 127.0.0.1:$PG_PORT" pg_ok || rc=1
     status_line "zookeeper 127.0.0.1:$ZK_PORT" zk_ok || rc=1
     status_line "nats 127.0.0.1:$NATS_PORT" nats_ok || rc=1
     exit $rc

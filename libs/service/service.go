@@ -34,6 +34,8 @@ type Deps struct {
 	Redis redis.UniversalClient
 	// MySQL is the shared MySQL/MariaDB pool; nil when none is configured.
 	MySQL *sqldb.DB
+	// Postgres is the shared PostgreSQL pool; nil when none is configured.
+	Postgres *sqldb.DB
 	// DataDir holds the embedded SQLite files, one per service.
 	DataDir string
 	// SQLiteSynchronous is how the embedded SQLite files sync their commits (OpenSQLite);

@@ -43,8 +43,12 @@ type Dialect struct {
 	// SkipLocked follows a SELECT of rows the transaction will claim, skipping rows another
 	// transaction has locked ("" where a write transaction locks the whole database).
 	SkipLocked string
-	// InsertIgnore starts an INSERT that does nothing when the key exists.
+	// InsertIgnore starts an INSERT that does nothing when the key exists; the statement
+	// ends with OnConflictIgnore.
 	InsertIgnore string
+	// OnConflictIgnore ends an INSERT begun with InsertIgnore ("" where InsertIgnore says
+	// it all).
+	OnConflictIgnore string
 	// Deadlock says whether a statement failed only because the engine chose it as a
 	// deadlock victim and rolled it back whole, so running it again is safe.
 	Deadlock func(error) bool

@@ -30,3 +30,9 @@ func ZooKeeperAddrs() []string {
 func MySQLDSN() string {
 	return env("COORDKIT_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/coordkit")
 }
+
+// PostgresURL is the URL of the tests' PostgreSQL database: $COORDKIT_TEST_POSTGRES_URL or
+// the one deploy/dev/backends.sh creates, postgres://postgres@127.0.0.1:5432/coordkit.
+func PostgresURL() string {
+	return env("COORDKIT_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable")
+}
