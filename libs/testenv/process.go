@@ -62,6 +62,9 @@ type ProcessConfig struct {
 	// as ready only after this run printed it, so that a foreign server that took the port
 	// between two runs is never taken for it.
 	Listening string
+	// Credential, when set, runs the process as that user (a server that refuses to run as
+	// root, started by a test that is root).
+	Credential *syscall.Credential
 }
 
 // Process is a server process a test started on a free loopback port, and may kill, signal
@@ -212,7 +215,8 @@ func (p *Process) start() error {
 	cmd := exec.Command(p.cfg.Bin, p.cfg.Args(p.port)...)
 	cmd.Env = append(os.Environ(), p.cfg.Env...)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Go sets the parent-death signal after the credentials, which would clear it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: p.cfg.Credential}
 	ready := func() error {
 		if p.cfg.Listening != "" && !strings.Contains(out.String(), p.cfg.Listening) {
 			return fmt.Errorf("has not printed %q yet", p.cfg.Listening)
