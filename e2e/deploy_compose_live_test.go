@@ -55,6 +55,11 @@ func composeDevEnv(t testing.TB, s types.ServiceConfig) []string {
 	if env[coordkitEnvPrefix+"MYSQL_DSN"] != "" {
 		env[coordkitEnvPrefix+"MYSQL_DSN"] = testenv.MySQLDSN() // the dev database's user and password
 	}
+	if env[coordkitEnvPrefix+"POSTGRES_URL"] != "" {
+		env[coordkitEnvPrefix+"POSTGRES_URL"] = testenv.PostgresURL()
+		// A schema of the test's own: the dev database is shared.
+		env[coordkitEnvPrefix+"POSTGRES_SCHEMA"] = testenv.PostgresSchema(t)
+	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, k+"="+env[k])

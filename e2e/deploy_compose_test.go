@@ -33,7 +33,7 @@ var composeStacks = []struct {
 	file     string
 	services []string
 }{
-	{"compose.yaml", []string{"coord-1", "coord-2", "mysql", "nats", "redis", "redlock-1", "redlock-2", "redlock-3", "zookeeper"}},
+	{"compose.yaml", []string{"coord-1", "coord-2", "mysql", "nats", "postgres", "redis", "redlock-1", "redlock-2", "redlock-3", "zookeeper"}},
 	{"compose.embedded.yaml", []string{"coord"}},
 }
 
@@ -480,7 +480,7 @@ func quotedOrUnset(s *string) string {
 }
 
 // composeListenPorts are the ports the engines' images listen on as configured here.
-var composeListenPorts = map[string]int{"redis": 6379, "nats": 4222, "zookeeper": 2181, "mysql": 3306}
+var composeListenPorts = map[string]int{"redis": 6379, "nats": 4222, "zookeeper": 2181, "mysql": 3306, "postgres": 5432}
 
 // coordEndpoint is a host:port a coord setting points at.
 type coordEndpoint struct {
@@ -540,6 +540,14 @@ func coordEndpoints(env map[string]string) ([]coordEndpoint, error) {
 			errs = append(errs, add("COORDKIT_MYSQL_DSN", cfg.Addr, 0))
 		}
 	}
+	if v := env[coordkitEnvPrefix+"POSTGRES_URL"]; v != "" {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			errs = append(errs, fmt.Errorf("COORDKIT_POSTGRES_URL: want a postgres:// URL (%v)", err))
+		} else {
+			errs = append(errs, add("COORDKIT_POSTGRES_URL", u.Host, 5432))
+		}
+	}
 	for _, v := range splitAddrList(env[coordkitEnvPrefix+"NATS_URL"]) {
 		u, err := url.Parse(v)
 		if err != nil {
@@ -564,13 +572,14 @@ func splitAddrList(s string) []string {
 
 // TestComposeNamesReachable: every host a coord instance's settings name is a service of the
 // stack on a network the instance shares, addressed on the port its image listens on, and
-// the instance waits for it to be healthy; the MySQL DSN's credentials are the ones the mysql
-// service is created with, also when the user sets MYSQL_PASSWORD.
+// the instance waits for it to be healthy; the MySQL DSN's and the PostgreSQL URL's
+// credentials are the ones the mysql and postgres services are created with, also when the
+// user sets MYSQL_PASSWORD and POSTGRES_PASSWORD.
 func TestComposeNamesReachable(t *testing.T) {
 	t.Parallel()
 	for name, env := range map[string]map[string]string{
-		"MYSQL_PASSWORD unset": nil,
-		"MYSQL_PASSWORD set":   {"MYSQL_PASSWORD": "fromTheShell42"},
+		"passwords unset": nil,
+		"passwords set":   {"MYSQL_PASSWORD": "fromTheShell42", "POSTGRES_PASSWORD": "alsoFromTheShell7"},
 	} {
 		t.Run(name, func(t *testing.T) { composeCheckReachable(t, composeLoad(t, composeFullStack, env), env) })
 	}
@@ -607,6 +616,7 @@ func composeCheckReachable(t *testing.T, p *types.Project, env map[string]string
 				t.Errorf("%s: %s names %s, but it does not depend_on it with condition service_healthy", c.Name, ep.setting, ep.host)
 			}
 		}
+		composeCheckPostgresCredentials(t, p, c, env)
 		raw := composeEnv(c)[coordkitEnvPrefix+"MYSQL_DSN"]
 		dsn, err := mysql.ParseDSN(raw)
 		if raw == "" || err != nil {
@@ -621,6 +631,25 @@ func composeCheckReachable(t *testing.T, p *types.Project, env map[string]string
 		if want := env["MYSQL_PASSWORD"]; want != "" && dsn.Passwd != want {
 			t.Errorf("%s: DSN ignores MYSQL_PASSWORD from the environment", c.Name)
 		}
+	}
+}
+
+// composeCheckPostgresCredentials: coord's COORDKIT_POSTGRES_URL logs in as the user, with
+// the password, into the database that the postgres service it names is created with.
+func composeCheckPostgresCredentials(t *testing.T, p *types.Project, c types.ServiceConfig, env map[string]string) {
+	raw := composeEnv(c)[coordkitEnvPrefix+"POSTGRES_URL"]
+	u, err := url.Parse(raw)
+	if raw == "" || err != nil {
+		return // no PostgreSQL, or reported by coordEndpoints
+	}
+	pw, _ := u.User.Password()
+	db := composeEnv(p.Services[u.Hostname()])
+	if u.User.Username() != db["POSTGRES_USER"] || pw != db["POSTGRES_PASSWORD"] || strings.TrimPrefix(u.Path, "/") != db["POSTGRES_DB"] {
+		t.Errorf("%s: postgres URL user %q, database %q (password equal: %v) do not match %s's POSTGRES_USER %q, POSTGRES_DB %q",
+			c.Name, u.User.Username(), strings.TrimPrefix(u.Path, "/"), pw == db["POSTGRES_PASSWORD"], u.Hostname(), db["POSTGRES_USER"], db["POSTGRES_DB"])
+	}
+	if want := env["POSTGRES_PASSWORD"]; want != "" && pw != want {
+		t.Errorf("%s: COORDKIT_POSTGRES_URL ignores POSTGRES_PASSWORD from the environment", c.Name)
 	}
 }
 
@@ -738,11 +767,81 @@ func TestComposeRedisDurable(t *testing.T) {
 	}
 }
 
+// postgresDurabilityProblems lists the settings of a postgres command line that would let an
+// acknowledged commit (a lock's fencing counter, a segment's max_id) be lost when the host
+// goes down: fsync or full_page_writes off, or commits answered before their WAL is flushed.
+// Settings come as "-c name=value" or "--name=value", the last one winning, as in postgres.
+func postgresDurabilityProblems(command []string) []string {
+	got := map[string]string{}
+	for i, arg := range command {
+		kv := ""
+		switch {
+		case arg == "-c" && i+1 < len(command):
+			kv = command[i+1]
+		case strings.HasPrefix(arg, "--") && strings.Contains(arg, "="):
+			kv = strings.TrimPrefix(arg, "--")
+		}
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			got[strings.ReplaceAll(strings.ToLower(k), "-", "_")] = strings.ToLower(strings.Trim(v, `'"`))
+		}
+	}
+	var problems []string
+	for _, k := range []string{"fsync", "full_page_writes"} {
+		if v, ok := got[k]; ok && v != "on" && v != "true" && v != "1" {
+			problems = append(problems, fmt.Sprintf("%s=%s, want on", k, v))
+		}
+	}
+	if v, ok := got["synchronous_commit"]; ok && v != "on" && v != "remote_write" && v != "remote_apply" {
+		problems = append(problems, fmt.Sprintf("synchronous_commit=%s, want on", v))
+	}
+	return problems
+}
+
+// TestComposePostgresDurable: the stack's PostgreSQL keeps its durable defaults, since its
+// fencing counters and ID segments going back would let a stale lock holder's writes win
+// and repeat IDs.
+func TestComposePostgresDurable(t *testing.T) {
+	t.Parallel()
+	checker := []struct {
+		command []string
+		ok      bool
+	}{
+		{nil, true},
+		{[]string{"postgres", "-c", "max_connections=200"}, true},
+		{[]string{"postgres", "-c", "fsync=off"}, false},
+		{[]string{"postgres", "--synchronous-commit=off"}, false},
+		{[]string{"postgres", "-c", "full_page_writes=false"}, false},
+		{[]string{"postgres", "-c", "fsync=off", "-c", "fsync=on"}, true},
+	}
+	for _, c := range checker {
+		if got := postgresDurabilityProblems(c.command); (len(got) == 0) != c.ok {
+			t.Errorf("postgresDurabilityProblems(%q) = %q, want ok=%v", c.command, got, c.ok)
+		}
+	}
+	n := 0
+	for _, s := range composeServices(composeLoad(t, composeFullStack, nil)) {
+		if composeImageRepo(s.Image) != "postgres" {
+			continue
+		}
+		n++
+		for _, problem := range postgresDurabilityProblems(s.Command) {
+			t.Errorf("%s: %s", s.Name, problem)
+		}
+		if v := composeEnv(s)["PGOPTIONS"] + composeEnv(s)["POSTGRES_INITDB_ARGS"]; strings.Contains(v, "fsync") || strings.Contains(v, "synchronous_commit") {
+			t.Errorf("%s: durability settings in its environment (%q); keep the defaults", s.Name, v)
+		}
+	}
+	if n != 1 {
+		t.Errorf("deploy/%s runs %d PostgreSQL servers, want 1", composeFullStack, n)
+	}
+}
+
 // composeDataDirs are where each image keeps state that must outlive its container (nats
 // keeps none: no JetStream). coord's is its COORDKIT_DATA_DIR.
 var composeDataDirs = map[string][]string{
 	"redis":     {"/data"},
 	"mysql":     {"/var/lib/mysql"},
+	"postgres":  {"/var/lib/postgresql/data"}, // PGDATA of the 17.x images (18 moved it)
 	"zookeeper": {"/data", "/datalog"},
 	"nats":      nil,
 }
