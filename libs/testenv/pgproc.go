@@ -134,17 +134,18 @@ func (p *PostgresProcess) Restart() {
 }
 
 // TerminateBackends ends, with pg_terminate_backend, every connection whose
-// application_name is application (as a DBA or a failover does), and returns how many.
-func (p *PostgresProcess) TerminateBackends(ctx context.Context, application string) (int, error) {
+// application_name is application (as a DBA or a failover does). It returns how many it
+// ended, and how many of those were running a statement or inside a transaction.
+func (p *PostgresProcess) TerminateBackends(ctx context.Context, application string) (ended, busy int, err error) {
 	db, err := sql.Open("pgx", p.url("postgres"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer db.Close()
-	var n int
-	err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"+
-		" WHERE application_name = $1 AND pid <> pg_backend_pid()) x", application).Scan(&n)
-	return n, err
+	err = db.QueryRowContext(ctx, "SELECT COUNT(*), COUNT(*) FILTER (WHERE state <> 'idle') FROM"+
+		" (SELECT state, pg_terminate_backend(pid) FROM pg_stat_activity"+
+		" WHERE application_name = $1 AND pid <> pg_backend_pid()) x", application).Scan(&ended, &busy)
+	return ended, busy, err
 }
 
 // ping connects to the postgres database and runs a query.

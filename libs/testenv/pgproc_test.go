@@ -57,9 +57,13 @@ func TestStartPostgres(t *testing.T) {
 
 		// TerminateBackends: the victims' held connections break, others stay.
 		victim, bystander := pinnedConn(t, ctx, url, "victim"), pinnedConn(t, ctx, url, "bystander")
-		n, err := p.TerminateBackends(ctx, "victim")
-		if err != nil || n != 1 {
-			t.Errorf("TerminateBackends(victim) = %d, %v; want 1", n, err)
+		// A victim mid-transaction counts as busy.
+		if _, err := victim.ExecContext(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		n, busy, err := p.TerminateBackends(ctx, "victim")
+		if err != nil || n != 1 || busy != 1 {
+			t.Errorf("TerminateBackends(victim) = %d ended, %d busy, %v; want 1, 1", n, busy, err)
 		}
 		if _, err := victim.ExecContext(ctx, "SELECT 1"); err == nil {
 			t.Error("the terminated connection still answers")
