@@ -87,6 +87,9 @@ type chaosFault struct {
 //     longest ttl (the delayed restart the backend documents): quorum 2/3 keeps locking;
 //   - zookeeper-restart: the ensemble (a private server) is killed and restarted;
 //   - mariadb-restart: the mysql backend's server (private) is shut down and restarted;
+//   - postgres-restart, postgres-terminate: every service on a private PostgreSQL (locks,
+//     task picks and IDs, chaos_postgres_test.go), killed and restarted, or its
+//     connections ended by pg_terminate_backend mid-transaction;
 //   - nats-restart: the NATS server that pushes waiters awake dies with waiters blocked
 //     (they must fall back to polling and still be served) and comes back (push again);
 //   - rolling/<backend>: every coord instance restarted gracefully in turn under load (redis,
@@ -121,6 +124,8 @@ func TestChaos(t *testing.T) {
 		{name: "redlock-node", backend: "redlock", instances: 2, setup: redlockNodeLoss},
 		{name: "zookeeper-restart", backend: "zookeeper", instances: 2, setup: zookeeperRestart},
 		{name: "mariadb-restart", backend: "mysql", instances: 2, setup: mariadbRestart},
+		{name: "postgres-restart", backend: "postgres", instances: 2, setup: postgresRestart},
+		{name: "postgres-terminate", backend: "postgres", instances: 2, setup: postgresTerminate},
 		{name: "nats-restart", backend: "redis", instances: 2, setup: natsRestart},
 		{name: "rolling/redis", backend: "redis", instances: 3, setup: rolling(redisArgs)},
 		{name: "rolling/mysql", backend: "mysql", instances: 3, setup: rolling(mysqlArgs)},
