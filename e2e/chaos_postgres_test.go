@@ -58,9 +58,10 @@ func postgresRestart(t *testing.T) ([]string, chaosFaultFunc) {
 	}
 }
 
-// postgresTerminate ends every coord connection with pg_terminate_backend, six times 300ms
-// apart, under load: statements and transactions in flight fail, and the service must ride
-// it out on fresh connections while the server stays up.
+// postgresTerminate ends coord's connections with pg_terminate_backend under load, as a
+// failover or a DBA does: first all of them, then for 2s every 20ms those running a
+// statement or inside a transaction. The calls on them fail, and the service must ride it
+// out on fresh connections while the server stays up.
 func postgresTerminate(t *testing.T) ([]string, chaosFaultFunc) {
 	pg := testenv.StartPostgres(t)
 	return postgresArgs(pg), func(r *chaosRun) chaosFault {
@@ -69,22 +70,22 @@ func postgresTerminate(t *testing.T) ([]string, chaosFaultFunc) {
 		side.mark("fault")
 		at := r.rec.now()
 		var killed, busy int
-		for range 6 {
+		for end, first := time.Now().Add(2*time.Second), true; time.Now().Before(end); first = false {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			n, b, err := pg.TerminateBackends(ctx, "coordkit")
+			n, b, err := pg.TerminateBackends(ctx, "coordkit", !first)
 			cancel()
 			if err != nil {
 				r.t.Errorf("pg_terminate_backend: %v", err)
 			}
 			killed, busy = killed+n, busy+b
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
 		side.mark("healed")
 		if busy == 0 {
 			r.t.Errorf("none of the %d terminated connections was running a statement or in a transaction: the row attacked nothing", killed)
 		}
 		return chaosFault{at: at, healed: r.rec.now(), served: true,
-			note: fmt.Sprintf("pg_terminate_backend 6 times 300ms apart: %d connections ended, %d of them mid-statement or mid-transaction", killed, busy)}
+			note: fmt.Sprintf("pg_terminate_backend for 2s: %d connections ended, %d of them mid-statement or mid-transaction", killed, busy)}
 	}
 }
 

@@ -134,9 +134,10 @@ func (p *PostgresProcess) Restart() {
 }
 
 // TerminateBackends ends, with pg_terminate_backend, every connection whose
-// application_name is application (as a DBA or a failover does). It returns how many it
-// ended, and how many of those were running a statement or inside a transaction.
-func (p *PostgresProcess) TerminateBackends(ctx context.Context, application string) (ended, busy int, err error) {
+// application_name is application (as a DBA or a failover does); with busyOnly, only those
+// running a statement or inside a transaction right now. It returns how many it ended, and
+// how many of those were busy.
+func (p *PostgresProcess) TerminateBackends(ctx context.Context, application string, busyOnly bool) (ended, busy int, err error) {
 	db, err := sql.Open("pgx", p.url("postgres"))
 	if err != nil {
 		return 0, 0, err
@@ -144,7 +145,8 @@ func (p *PostgresProcess) TerminateBackends(ctx context.Context, application str
 	defer db.Close()
 	err = db.QueryRowContext(ctx, "SELECT COUNT(*), COUNT(*) FILTER (WHERE state <> 'idle') FROM"+
 		" (SELECT state, pg_terminate_backend(pid) FROM pg_stat_activity"+
-		" WHERE application_name = $1 AND pid <> pg_backend_pid()) x", application).Scan(&ended, &busy)
+		" WHERE application_name = $1 AND pid <> pg_backend_pid() AND (NOT $2 OR state <> 'idle')) x",
+		application, busyOnly).Scan(&ended, &busy)
 	return ended, busy, err
 }
 

@@ -57,11 +57,14 @@ func TestStartPostgres(t *testing.T) {
 
 		// TerminateBackends: the victims' held connections break, others stay.
 		victim, bystander := pinnedConn(t, ctx, url, "victim"), pinnedConn(t, ctx, url, "bystander")
-		// A victim mid-transaction counts as busy.
+		// Only busy ones: an idle victim stays; mid-transaction it is ended.
+		if n, busy, err := p.TerminateBackends(ctx, "victim", true); err != nil || n != 0 || busy != 0 {
+			t.Errorf("TerminateBackends(victim, busy only) of an idle connection = %d ended, %d busy, %v; want 0, 0", n, busy, err)
+		}
 		if _, err := victim.ExecContext(ctx, "BEGIN"); err != nil {
 			t.Fatal(err)
 		}
-		n, busy, err := p.TerminateBackends(ctx, "victim")
+		n, busy, err := p.TerminateBackends(ctx, "victim", false)
 		if err != nil || n != 1 || busy != 1 {
 			t.Errorf("TerminateBackends(victim) = %d ended, %d busy, %v; want 1, 1", n, busy, err)
 		}
