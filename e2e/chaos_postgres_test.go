@@ -27,7 +27,7 @@ import (
 
 // pgChaosTasks is how many tasks the pickers' pool starts with: more than they get through in
 // a row, so that a pick finds one whenever the backend answers.
-const pgChaosTasks = 3000
+const pgChaosTasks = 2000
 
 // pgChaosTaskTTL is the pickers' lease: longer than a pick's work, short enough that leases
 // orphaned by the fault (an Ack that failed) come back within the row.
@@ -194,7 +194,7 @@ func (s *pgSideLoad) pick(i int) {
 			s.leases = append(s.leases, l)
 			s.mu.Unlock()
 		}
-		sleepCtx(s.r.ctx, 10*time.Millisecond)
+		sleepCtx(s.r.ctx, 25*time.Millisecond) // at most ~30 picks a second each: the pool lasts the row
 	}
 }
 
