@@ -676,10 +676,18 @@ func TestComposeInstancesShareState(t *testing.T) {
 			t.Errorf("%s and %s are configured differently (%v vs %v): they would not share locks", coords[0].Name, c.Name, env, other)
 		}
 	}
+	mysqlSet, pgSet := env[coordkitEnvPrefix+"MYSQL_DSN"] != "", env[coordkitEnvPrefix+"POSTGRES_URL"] != ""
+	idStore := env[coordkitEnvPrefix+"ID_STORE"]
+	switch {
+	case (idStore == "" || idStore == "auto") && mysqlSet && pgSet:
+		t.Error("COORDKIT_MYSQL_DSN and COORDKIT_POSTGRES_URL without COORDKIT_ID_STORE: coord refuses to start")
+	case idStore == "mysql" && !mysqlSet, idStore == "postgres" && !pgSet, idStore == "sqlite":
+		t.Errorf("COORDKIT_ID_STORE=%s: ID segments not in a database both instances share", idStore)
+	}
 	switch leases := env[coordkitEnvPrefix+"ID_WORKER_LEASES"]; leases {
 	case "", "sql":
-		if env[coordkitEnvPrefix+"MYSQL_DSN"] == "" {
-			t.Errorf("worker leases %q without COORDKIT_MYSQL_DSN are each instance's SQLite file: duplicate snowflake IDs", leases)
+		if !mysqlSet && !pgSet || idStore == "sqlite" {
+			t.Errorf("worker leases %q without a shared SQL ID store are each instance's SQLite file: duplicate snowflake IDs", leases)
 		}
 	case "redis":
 		if env[coordkitEnvPrefix+"REDIS_URL"] == "" && env[coordkitEnvPrefix+"REDIS_ADDR"] == "" {
