@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -45,8 +46,9 @@ func postgresSchemaExists(t *testing.T, db *sql.DB, name string) bool {
 }
 
 // TestServePostgres runs `coord serve --postgres-url --postgres-schema` on the dev
-// PostgreSQL: it creates the schema, is ready, logs the URL, and every service's postgres
-// backend that /readyz lists is ok.
+// PostgreSQL: it creates the schema, every service runs its postgres backend there (/readyz
+// lists it ok for locks, tasks and IDs) and the CLI locks, picks and takes segment IDs
+// through it, with the tables in that schema.
 func TestServePostgres(t *testing.T) {
 	t.Parallel()
 	schema, db := freshPostgresSchema(t)
@@ -55,19 +57,48 @@ func TestServePostgres(t *testing.T) {
 		t.Errorf("serve --postgres-schema %s did not create the schema", schema)
 	}
 	code, services := readyz(t, url)
+	for _, svc := range []string{"lock", "taskpick", "idgen"} {
+		if services[svc]["postgres"] != "ok" {
+			t.Errorf("/readyz = %d %v: %s's postgres backend not ok", code, services, svc)
+		}
+	}
 	if code != 200 {
 		t.Fatalf("/readyz = %d %v, want 200", code, services)
 	}
-	var on []string
-	for svc, backends := range services {
-		if st, ok := backends["postgres"]; ok {
-			on = append(on, svc)
-			if st != "ok" {
-				t.Errorf("/readyz: %s's postgres backend is %q, want ok", svc, st)
-			}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := coord(t, append(args, "--server", url)...)
+		if err != nil {
+			t.Fatalf("coord %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+		return out
 	}
-	t.Logf("services on postgres: %v", on)
+	var acq struct {
+		Acquired bool
+		Lease    struct{ Owner, Backend string }
+	}
+	if out := run("lock", "acquire", "pg-key", "--ttl", "1m", "--backend", "postgres", "--json"); json.Unmarshal([]byte(out), &acq) != nil ||
+		!acq.Acquired || acq.Lease.Backend != "postgres" {
+		t.Fatalf("lock acquire --backend postgres = %s, want acquired on postgres", out)
+	}
+	run("lock", "release", "pg-key", "--owner", acq.Lease.Owner, "--backend", "postgres")
+	run("task", "put", "pool", "t1", "--payload", "x", "--backend", "postgres")
+	var picked struct {
+		Tasks []struct{ ID, LeaseToken, LeaseSecret string }
+	}
+	if err := json.Unmarshal([]byte(run("task", "pick", "pool", "--ttl", "1m", "--json", "--backend", "postgres")), &picked); err != nil ||
+		len(picked.Tasks) != 1 || picked.Tasks[0].ID != "t1" {
+		t.Fatalf("task pick --backend postgres: %v (%+v), want t1", err, picked)
+	}
+	run("task", "ack", "pool", "t1", picked.Tasks[0].LeaseToken+":"+picked.Tasks[0].LeaseSecret, "--backend", "postgres")
+	run("id", "create-tag", "orders")
+	if ids := strings.Fields(run("id", "next", "--mode", "segment", "--tag", "orders", "--count", "5")); len(ids) != 5 || !increasing(ids) {
+		t.Fatalf("segment ids = %v, want 5 increasing", ids)
+	}
+	var tables int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = $1", schema).Scan(&tables); err != nil || tables == 0 {
+		t.Errorf("%d tables in schema %s (%v), want the services' tables there", tables, schema, err)
+	}
 	if !strings.Contains(log.String(), `"schema":"`+schema+`"`) && !strings.Contains(log.String(), "schema="+schema) {
 		t.Errorf("the log does not name the schema %s:\n%s", schema, log)
 	}
