@@ -20,7 +20,8 @@ import (
 
 // The PostgreSQL rows of TestChaos run every service on a private PostgreSQL
 // (testenv.StartPostgres): the lock clients of every row on the postgres lock backend, and
-// beside them task pickers on the postgres task backend and ID drawers whose segments and
+// beside them task pickers on the postgres task backend (some abandoning every lease, so that
+// expired leases are recovered all along) and ID drawers whose segments and
 // snowflake worker-id leases live there (--id-store postgres). The fault hits all three at
 // once; after the row, the side load is checked: no task leased to two workers at once, none
 // acked twice, no ID issued twice, each drawer's IDs strictly increasing.
@@ -28,6 +29,10 @@ import (
 // pgChaosTasks is how many tasks the pickers' pool starts with: more than they get through in
 // a row, so that a pick finds one whenever the backend answers.
 const pgChaosTasks = 2000
+
+// pgChaosAbandoned is how many tasks the abandoning pickers cycle through: picked, never
+// acked, picked again once the lease ran out, and so on, so that recovery runs all along.
+const pgChaosAbandoned = 4
 
 // pgChaosTaskTTL is the pickers' lease: longer than a pick's work, short enough that leases
 // orphaned by the fault (an Ack that failed) come back within the row.
@@ -131,13 +136,21 @@ func startPgSideLoad(r *chaosRun) *pgSideLoad {
 			t.Fatalf("put the side load's tasks: %v", err)
 		}
 	}
+	var abandoned []*taskpickv1.NewTask
+	for i := range pgChaosAbandoned {
+		abandoned = append(abandoned, &taskpickv1.NewTask{Id: fmt.Sprintf("abandoned-%d", i), MaxAttempts: 1000})
+	}
+	if _, err := r.clients[0].Tasks().Put(ctx, &taskpickv1.PutRequest{Backend: "postgres", Pool: s.pool + ":abandoned", Tasks: abandoned}); err != nil {
+		t.Fatalf("put the side load's abandoned tasks: %v", err)
+	}
 	if _, err := r.clients[0].IDService().CreateTag(ctx, &idgenv1.CreateTagRequest{Tag: s.tag, Step: 200}); err != nil {
 		t.Fatalf("create the side load's ID tag: %v", err)
 	}
 	for i := range r.clients {
 		for range 2 {
-			s.wg.Go(func() { s.pick(i) })
+			s.wg.Go(func() { s.pick(i, s.pool, true) })
 		}
+		s.wg.Go(func() { s.pick(i, s.pool+":abandoned", false) })
 		for _, mode := range []idgenv1.Mode{idgenv1.Mode_MODE_SEGMENT, idgenv1.Mode_MODE_SNOWFLAKE} {
 			s.mu.Lock()
 			d := len(s.ids[mode])
@@ -162,12 +175,13 @@ func (s *pgSideLoad) mark(what string) {
 	s.marks = append(s.marks, fmt.Sprintf("%s@%d leases", what, len(s.leases)))
 }
 
-// pick leases one task at a time through instance i, works on it for a few milliseconds and
-// acks it, until the row stops. Failures (the backend down) are counted and retried.
-func (s *pgSideLoad) pick(i int) {
+// pick leases one task of pool at a time through instance i, works on it for a few
+// milliseconds and acks it (unless not ack: then it abandons the lease), until the row
+// stops. Failures (the backend down) are counted and retried.
+func (s *pgSideLoad) pick(i int, pool string, ack bool) {
 	tasks := s.r.clients[i].Tasks()
 	for s.r.ctx.Err() == nil {
-		res, err := tasks.Pick(s.r.ctx, &taskpickv1.PickRequest{Backend: "postgres", Pool: s.pool, Count: 1,
+		res, err := tasks.Pick(s.r.ctx, &taskpickv1.PickRequest{Backend: "postgres", Pool: pool, Count: 1,
 			Ttl: durationpb.New(pgChaosTaskTTL), Wait: durationpb.New(time.Second)})
 		returned := time.Now()
 		if err != nil {
@@ -180,10 +194,16 @@ func (s *pgSideLoad) pick(i int) {
 		for _, lt := range res.GetTasks() {
 			l := pgLease{id: lt.GetId(), token: lt.GetLeaseToken(), returned: returned, expires: lt.GetExpiresAt().AsTime()}
 			sleepCtx(s.r.ctx, 5*time.Millisecond)
+			if !ack {
+				s.mu.Lock()
+				s.leases = append(s.leases, l)
+				s.mu.Unlock()
+				continue
+			}
 			// The Ack runs to its end even when the row stops: an unknown outcome would
 			// leave the check guessing.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: "postgres", Pool: s.pool, Id: l.id,
+			_, err := tasks.Ack(ctx, &taskpickv1.AckRequest{Backend: "postgres", Pool: pool, Id: l.id,
 				LeaseToken: l.token, LeaseSecret: lt.GetLeaseSecret()})
 			cancel()
 			l.acked = err == nil
@@ -281,6 +301,9 @@ func (s *pgSideLoad) check() {
 	}
 	if len(s.leases) < 20 {
 		t.Errorf("only %d task leases: the side load exercised too little", len(s.leases))
+	}
+	if redone < pgChaosAbandoned {
+		t.Errorf("only %d tasks picked again after their lease ran out: recovery was hardly exercised", redone)
 	}
 	t.Logf("%s side load: tasks picked=%d (%d tasks, %d re-picks) double-picks=%d double-acks=%d; ids%s; errors pick=%d ack=%d id=%d; %v",
 		s.r.row.name, len(s.leases), len(byTask), redone, doublePicks, doubleAcks, summary,
