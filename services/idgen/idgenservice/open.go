@@ -160,8 +160,8 @@ func open(ctx context.Context, deps service.Deps, cfg Config) (*opened, error) {
 }
 
 // checks are the ID service's health checks: its SQL store answers, under its engine's name
-// (segments, and worker leases on it), the snowflake worker id is leased (without it MODE_SNOWFLAKE fails), and
-// Redis answers when MODE_REDIS_INCR is on.
+// (segments, and worker leases on it), the snowflake worker id is leased (without it
+// MODE_SNOWFLAKE fails), and Redis answers when MODE_REDIS_INCR is on.
 func (o *opened) checks(store string) map[string]server.Check {
 	out := map[string]server.Check{
 		store: func(ctx context.Context) error { return o.db.PingContext(ctx) },

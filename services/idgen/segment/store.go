@@ -77,8 +77,8 @@ func (e *BelowTombstone) Is(target error) bool { return target == ErrBelowTombst
 func (e *BelowTombstone) ConnectCode() connect.Code { return connect.CodeFailedPrecondition }
 
 // Store is the segment table coordkit_idgen_segments(biz_tag, max_id, step, description,
-// updated_at, deleted_at) on SQLite, MySQL or PostgreSQL. deleted_at is 0 for a live tag and the deletion
-// time (database clock, Unix ms) for a tombstone. It implements block.Reserver.
+// updated_at, deleted_at) on SQLite, MySQL or PostgreSQL. deleted_at is 0 for a live tag and
+// the deletion time (database clock, Unix ms) for a tombstone. It implements block.Reserver.
 type Store struct {
 	db *sqldb.DB
 
