@@ -23,7 +23,7 @@ var idModes = []idgenv1.Mode{idgenv1.Mode_MODE_SNOWFLAKE, idgenv1.Mode_MODE_SEGM
 const idBatch = 100
 
 // TestIDs draws IDs of every numeric mode concurrently from 3 coord instances sharing MySQL
-// (segments, worker leases) and Redis (INCR blocks, or worker leases), while one instance is
+// or PostgreSQL (segments, worker leases) and Redis (INCR blocks, or worker leases), while one instance is
 // killed with SIGKILL and restarted and another is restarted gracefully. It attacks
 // uniqueness across instances and restarts: no ID twice in any mode; each drawer's IDs
 // strictly increase, also across its instance's restart; a restarted instance leases a
@@ -31,10 +31,23 @@ const idBatch = 100
 // still runs) and hands out segment and Redis IDs above everything reserved before.
 func TestIDs(t *testing.T) {
 	t.Parallel()
-	for _, leases := range []string{"sql", "redis"} {
-		t.Run(leases+"-worker-leases", func(t *testing.T) {
+	mysql := func(*testing.T) []string { return []string{"--mysql-dsn", testenv.MySQLDSN()} }
+	postgres := func(t *testing.T) []string {
+		return []string{"--postgres-url", testenv.PostgresURL(), "--postgres-schema", testenv.PostgresSchema(t)}
+	}
+	tests := []struct {
+		name   string
+		leases string
+		store  func(*testing.T) []string
+	}{
+		{"sql-worker-leases", "sql", mysql},
+		{"redis-worker-leases", "redis", mysql},
+		{"postgres-sql-worker-leases", "sql", postgres},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			runIDs(t, leases)
+			runIDs(t, tt.leases, tt.store(t))
 		})
 	}
 }
@@ -55,9 +68,9 @@ type drawer struct {
 	floor       int64
 }
 
-func runIDs(t *testing.T, leases string) {
-	ins := startCluster(t, 3, "--mysql-dsn", testenv.MySQLDSN(), "--redis-addr", testenv.RedisAddr(),
-		"--nats-url", testenv.NATSURL(), "--id-worker-leases", leases)
+func runIDs(t *testing.T, leases string, store []string) {
+	ins := startCluster(t, 3, append(store, "--redis-addr", testenv.RedisAddr(),
+		"--nats-url", testenv.NATSURL(), "--id-worker-leases", leases)...)
 	tag := testenv.Prefix(t)
 	admin := ins[0].Client().IDService()
 	if _, err := admin.CreateTag(context.Background(), &idgenv1.CreateTagRequest{Tag: tag, Step: 500}); err != nil {

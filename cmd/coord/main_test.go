@@ -137,6 +137,11 @@ func TestServeConfigErrors(t *testing.T) {
 		{name: "mysql not answering", args: []string{"--mysql-dsn", "root@tcp(" + freeAddr(t) + ")/coordkit"}, want: "--mysql-dsn"},
 		{name: "worker leases on redis without redis", args: []string{"--id-worker-leases", "redis"}, want: "--redis-addr"},
 		{name: "unknown worker lease store", args: []string{"--id-worker-leases", "etcd"}, want: "--id-worker-leases"},
+		{name: "unknown id store", args: []string{"--id-store", "etcd"}, want: "--id-store"},
+		{name: "id store mysql without mysql", args: []string{"--id-store", "mysql"}, want: "--mysql-dsn"},
+		{name: "id store postgres without postgres", args: []string{"--id-store", "postgres"}, want: "--postgres-url"},
+		{name: "id store auto with mysql and postgres", args: []string{"--mysql-dsn", testenv.MySQLDSN(),
+			"--postgres-url", testenv.PostgresURL(), "--postgres-schema", testenv.PostgresSchema(t)}, want: "--id-store"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,6 +40,7 @@ type serveConfig struct {
 	postgresSchema string
 	lockScope      string
 	idWorkerLeases string
+	idStore        string
 	defaultBackend string
 	taskDefault    string
 	taskRetention  time.Duration
@@ -76,7 +77,8 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.taskDefault, "task-default-backend", "", "task backend for requests that name none (default: the first enabled of redis, mysql, else sqlite)")
 	fs.DurationVar(&c.taskRetention, "task-retention", 0, "keep acked tasks this long (a Put of their id then reports them as existing); 0 deletes them at Ack")
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
-	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the SQLite file, or MySQL with --mysql-dsn) or redis (needs --redis-url or --redis-addr)")
+	fs.StringVar(&c.idStore, "id-store", idgenservice.StoreAuto, "where ID segment tags and sql worker-id leases live: auto (the database of --postgres-url or --mysql-dsn, whichever is set, else the SQLite file; both set is an error), sqlite, mysql or postgres")
+	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the --id-store: the SQLite file, MySQL or PostgreSQL) or redis (needs --redis-url or --redis-addr)")
 	fs.IntVar(&c.waitAttempts, "lock-wait-attempts", lock.DefaultWaitAttempts, "per backend, how many backend attempts of blocked Acquires may run at once after their first; Release, Renew and first attempts never queue behind them")
 	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server URL (or a cluster's, comma-separated) for lock events and push wake-up; empty runs an embedded NATS server in-process")
 	fs.StringVar(&c.natsListen, "nats-listen", "", "host:port on which the embedded NATS server also accepts outside subscribers; empty accepts none")
@@ -176,7 +178,7 @@ func services(cfg serveConfig) []serviceEntry {
 			})
 		}},
 		{"idgen", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
-			return idgenservice.Open(ctx, deps, idgenservice.Config{WorkerLeases: cfg.idWorkerLeases})
+			return idgenservice.Open(ctx, deps, idgenservice.Config{Store: cfg.idStore, WorkerLeases: cfg.idWorkerLeases})
 		}},
 		{"taskpick", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
 			return taskpickservice.Open(ctx, deps, taskpickservice.Config{Default: cfg.taskDefault, Retention: cfg.taskRetention})

@@ -11,7 +11,7 @@ import (
 	"github.com/coordkit/coordkit/libs/testenv"
 )
 
-// TestTagAdmin runs a tag's life through the API on both stores with two instances: update,
+// TestTagAdmin runs a tag's life through the API on every store with two instances: update,
 // delete while the other instance holds buffered IDs, re-create, and no ID twice.
 func TestTagAdmin(t *testing.T) {
 	t.Parallel()

@@ -43,6 +43,14 @@ var stores = []storeCase{
 		return setup{deps: service.Deps{MySQL: db}}
 	}},
 	{name: "sqlite", open: func(t *testing.T) setup { return sqliteSetup(t) }},
+	{name: "postgres", open: func(t *testing.T) setup {
+		db, err := sqldb.OpenPostgres(context.Background(), testenv.PostgresURL(), sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t), MaxConns: 8})
+		if err != nil {
+			t.Fatalf("open postgres (start it with deploy/dev/backends.sh up): %v", err)
+		}
+		t.Cleanup(func() { db.Close() }) // registered first: runs after every instance stopped
+		return setup{deps: service.Deps{Postgres: db}}
+	}},
 }
 
 // sqliteSetup is a fresh embedded store, in a directory of the test's own.

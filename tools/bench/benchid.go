@@ -43,8 +43,10 @@ type benchIDConfig struct {
 	warmup    time.Duration
 	serverURL string
 	redisAddr string
-	mysqlDSN  string
-	asJSON    bool
+	// mysqlDSN and postgresURL are the databases of the store rows; empty skips them.
+	mysqlDSN    string
+	postgresURL string
+	asJSON      bool
 	// sqliteSync is how the in-process SQLite stores sync commits (--sqlite-synchronous).
 	sqliteSync sqldb.Synchronous
 }
@@ -90,7 +92,8 @@ func benchIDFlags(fs *pflag.FlagSet) *benchIDConfig {
 	fs.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each service run")
 	fs.StringVar(&cfg.serverURL, "server", "", "base URL of a running coordkit service; empty starts one in-process")
 	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis of the in-process service's redis-incr mode; empty skips that mode")
-	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "", "MySQL/MariaDB of the in-process service's segments and leases; empty uses SQLite")
+	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB of the store rows (the segment mode through a service on it, and bare reservations; in-process, so not with --server); empty skips them")
+	fs.StringVar(&cfg.postgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable", "PostgreSQL of the store rows (the segment mode through a service on it, and bare reservations, in its schema coordkit; in-process, so not with --server); empty skips them")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of tables")
 	return &cfg
 }
@@ -130,12 +133,18 @@ func measureID(ctx context.Context, cfg benchIDConfig, stderr io.Writer) (idMeas
 	if err != nil {
 		return idMeasured{}, err
 	}
-	url, modes, stop, err := openIDService(ctx, cfg)
+	url, modes, stop, err := openIDService(ctx, cfg, nil)
 	if err != nil {
 		return idMeasured{}, err
 	}
 	runs, sdk, runErr := runIDService(ctx, cfg, url, modes, stderr)
-	return idMeasured{append(gens, sdk...), sw, runs}, errors.Join(runErr, stop())
+	m := idMeasured{append(gens, sdk...), sw, runs}
+	if err := errors.Join(runErr, stop()); err != nil || cfg.serverURL != "" {
+		return m, err
+	}
+	storeRuns, err := runIDStores(ctx, cfg, stderr)
+	m.runs = append(m.runs, storeRuns...)
+	return m, err
 }
 
 // benchGenerators measures each in-process generator for about a second, genRounds times.
@@ -258,16 +267,17 @@ func benchGenerators(ctx context.Context, syncMode sqldb.Synchronous) ([]genResu
 	return out, firstErr
 }
 
-// mysqlIDConns is the pool of the in-process ID service on --mysql-dsn: reservations are
-// rare (one per segment, a lease renewal every few seconds) and short.
-const mysqlIDConns = 8
+// sqlIDConns is the pool of an in-process ID service on --mysql-dsn or --postgres-url:
+// reservations are rare (one per segment, a lease renewal every few seconds) and short.
+const sqlIDConns = 8
 
 // genRounds is how many times each generator is measured; the fastest round counts.
 const genRounds = 2
 
 // openIDService starts the ID service in-process (unless --server names one) and returns its
-// URL, the modes to measure and the function that stops it.
-func openIDService(ctx context.Context, cfg benchIDConfig) (string, []idgenv1.Mode, func() error, error) {
+// URL, the modes to measure and the function that stops it. Its segments and leases live in
+// db (MySQL or PostgreSQL), or with db nil in a SQLite file of its own.
+func openIDService(ctx context.Context, cfg benchIDConfig, db *sqldb.DB) (string, []idgenv1.Mode, func() error, error) {
 	modes := []idgenv1.Mode{idgenv1.Mode_MODE_UUID_V4, idgenv1.Mode_MODE_UUID_V7, idgenv1.Mode_MODE_SNOWFLAKE, idgenv1.Mode_MODE_SEGMENT}
 	if cfg.redisAddr != "" {
 		modes = append(modes, idgenv1.Mode_MODE_REDIS_INCR)
@@ -284,13 +294,13 @@ func openIDService(ctx context.Context, cfg benchIDConfig) (string, []idgenv1.Mo
 	logger := slog.New(slog.DiscardHandler)
 	deps := service.Deps{DataDir: dir, Logger: logger, SQLiteSynchronous: cfg.sqliteSync}
 	icfg := idgenservice.Config{RedisPrefix: "coordkit:bench:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
-	if cfg.mysqlDSN != "" {
-		db, err := sqldb.OpenMySQL(ctx, cfg.mysqlDSN, mysqlIDConns)
-		if err != nil {
-			return "", nil, nil, closers.Fail(fmt.Errorf("bench: --mysql-dsn: %w", err))
-		}
-		closers.Add(db.Close)
-		deps.MySQL = db
+	switch {
+	case db == nil:
+		icfg.Store = idgenservice.StoreSQLite
+	case db.Dialect.Name == sqldb.Postgres.Name:
+		deps.Postgres, icfg.Store = db, idgenservice.StorePostgres
+	default:
+		deps.MySQL, icfg.Store = db, idgenservice.StoreMySQL
 	}
 	if cfg.redisAddr != "" {
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, PoolSize: 64})
@@ -339,6 +349,17 @@ func runIDService(ctx context.Context, cfg benchIDConfig, url string, modes []id
 			err = errors.Join(err, fmt.Errorf("bench: delete segment tag %s: %w", tag, derr))
 		}
 	}()
+	if out, err = runIDModes(ctx, cfg, c, tag, modes, "", stderr); err != nil {
+		return out, nil, err
+	}
+	sdk, err = benchSDK(ctx, url, tag, modes)
+	return out, sdk, err
+}
+
+// runIDModes measures each of modes through c with single IDs and with batches, one run at
+// a time; suffix follows each target's name.
+func runIDModes(ctx context.Context, cfg benchIDConfig, c idgenv1connect.IdServiceClient, tag string, modes []idgenv1.Mode, suffix string, stderr io.Writer) ([]idRunResult, error) {
+	var out []idRunResult
 	for _, m := range modes {
 		for _, count := range []int{1, cfg.batch} {
 			req := &idgenv1.NextRequest{Mode: m, Count: uint32(count)}
@@ -355,17 +376,137 @@ func runIDService(ctx context.Context, cfg benchIDConfig, url string, modes []id
 			runtime.GC()
 			r := runLoad(ctx, call, "id", cfg.clients, cfg.warmup, cfg.duration)
 			if ctx.Err() != nil {
-				return out, nil, fmt.Errorf("bench: %w", context.Cause(ctx))
+				return out, fmt.Errorf("bench: %w", context.Cause(ctx))
 			}
-			r.Target = "service/" + modeLabel(m)
+			r.Target = "service/" + modeLabel(m) + suffix
 			if r.Errors > 0 {
 				fmt.Fprintf(stderr, "bench: %s count %d: %d errors, first: %s\n", r.Target, count, r.Errors, r.FirstError)
 			}
 			out = append(out, idRunResult{runResult: r, Count: count, IDsPerSec: r.PairsPerSec * float64(count)})
 		}
 	}
-	sdk, err = benchSDK(ctx, url, tag, modes)
-	return out, sdk, err
+	return out, nil
+}
+
+// reserveStep is the step of the tag the store rows reserve segments of: each Reserve is
+// one transaction on the tag's row, whatever the step.
+const reserveStep = 1000
+
+// idStore is a SQL store of the store rows: its name and how it opens; service says whether
+// the segment mode also runs through an ID service on it (the SQLite one is the service
+// table's own).
+type idStore struct {
+	name    string
+	service bool
+	open    func(ctx context.Context) (*sqldb.DB, error)
+}
+
+// runIDStores measures each SQL store: the segment mode through an in-process ID service on
+// it (MySQL, PostgreSQL), then bare reservations (segment.Store.Reserve, cfg.clients at once
+// on one tag, each a transaction on its row) on every store.
+func runIDStores(ctx context.Context, cfg benchIDConfig, stderr io.Writer) ([]idRunResult, error) {
+	dir, err := os.MkdirTemp("", "coord-bench-id-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	stores := []idStore{{name: "sqlite", open: func(ctx context.Context) (*sqldb.DB, error) {
+		return sqldb.OpenSQLite(ctx, filepath.Join(dir, "reserve.db"), sqldb.WithSynchronous(cfg.sqliteSync))
+	}}}
+	if cfg.mysqlDSN != "" {
+		stores = append(stores, idStore{name: "mysql", service: true, open: func(ctx context.Context) (*sqldb.DB, error) {
+			db, err := sqldb.OpenMySQL(ctx, cfg.mysqlDSN, sqlIDConns)
+			if err != nil {
+				return nil, fmt.Errorf("bench: --mysql-dsn: %w", err)
+			}
+			return db, nil
+		}})
+	}
+	if cfg.postgresURL != "" {
+		stores = append(stores, idStore{name: "postgres", service: true, open: func(ctx context.Context) (*sqldb.DB, error) {
+			db, err := sqldb.OpenPostgres(ctx, cfg.postgresURL, sqldb.PostgresConfig{MaxConns: sqlIDConns})
+			if err != nil {
+				return nil, fmt.Errorf("bench: --postgres-url: %w", err)
+			}
+			return db, nil
+		}})
+	}
+	var out []idRunResult
+	for _, st := range stores {
+		runs, err := runIDStore(ctx, cfg, st, stderr)
+		out = append(out, runs...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// runIDStore measures one store of runIDStores.
+func runIDStore(ctx context.Context, cfg benchIDConfig, st idStore, stderr io.Writer) (out []idRunResult, err error) {
+	db, err := st.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	label := " (" + st.name + ")"
+	if st.service {
+		scfg := cfg
+		scfg.serverURL = ""
+		url, _, stop, err := openIDService(ctx, scfg, db)
+		if err != nil {
+			return nil, err
+		}
+		c := idgenv1connect.NewIdServiceClient(client.DefaultHTTPClient(), url)
+		tag := "bench:" + st.name + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		if _, err := c.CreateTag(ctx, &idgenv1.CreateTagRequest{Tag: tag, Step: reserveStep}); err != nil {
+			return nil, errors.Join(fmt.Errorf("bench: create segment tag on %s: %w", st.name, err), stop())
+		}
+		out, err = runIDModes(ctx, cfg, c, tag, []idgenv1.Mode{idgenv1.Mode_MODE_SEGMENT}, label, stderr)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, derr := c.DeleteTag(dctx, &idgenv1.DeleteTagRequest{Tag: tag})
+		cancel()
+		if err = errors.Join(err, derr, stop()); err != nil {
+			return out, err
+		}
+	}
+
+	store, err := segment.NewStore(ctx, db)
+	if err != nil {
+		return out, err
+	}
+	tag := "bench:reserve:" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := store.Create(ctx, tag, 1, reserveStep, ""); err != nil {
+		return out, fmt.Errorf("bench: create segment tag on %s: %w", st.name, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, derr := store.Delete(dctx, tag); derr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: delete segment tag %s on %s: %w", tag, st.name, derr))
+		}
+	}()
+	call := func(ctx context.Context, _ string) error {
+		_, err := store.Reserve(ctx, tag, 0)
+		return err
+	}
+	runtime.GC()
+	r := runLoad(ctx, call, "id-reserve", cfg.clients, cfg.warmup, cfg.duration)
+	if ctx.Err() != nil {
+		return out, fmt.Errorf("bench: %w", context.Cause(ctx))
+	}
+	r.Target = "store/" + st.name + " reserve"
+	if r.Errors > 0 {
+		fmt.Fprintf(stderr, "bench: %s: %d errors, first: %s\n", r.Target, r.Errors, r.FirstError)
+	}
+	return append(out, idRunResult{runResult: r, Count: reserveStep, IDsPerSec: r.PairsPerSec * reserveStep}), nil
+}
+
+// storePeers are the store rows compared in the notes under the service table: PostgreSQL's
+// over MySQL's, measured in the same run.
+var storePeers = [][2]string{
+	{"service/segment (postgres)", "service/segment (mysql)"},
+	{"store/postgres reserve", "store/mysql reserve"},
 }
 
 // benchSDK measures the SDK's Next from one goroutine per mode, served from the blocks it
@@ -485,10 +626,22 @@ func idTables(gens []genResult, sw switchResult, runs []idRunResult) []benchTabl
 		}
 	}
 	s := benchTable{header: []string{"target", "clients", "count", "calls", "calls/s", "ids/s", "p50", "p99", "max", "errors"}}
+	byRun := map[string]idRunResult{}
 	for _, r := range runs {
 		s.rows = append(s.rows, []string{r.Target, strconv.Itoa(r.Clients), strconv.Itoa(r.Count), strconv.Itoa(r.Pairs),
 			fmt.Sprintf("%.0f", r.PairsPerSec), fmt.Sprintf("%.0f", r.IDsPerSec), fmtLatency(r.P50), fmtLatency(r.P99),
 			fmtLatency(r.Max), strconv.Itoa(r.Errors)})
+		byRun[r.Target+"/"+strconv.Itoa(r.Count)] = r
+	}
+	for _, p := range storePeers {
+		for _, r := range runs {
+			peer, ok := byRun[p[1]+"/"+strconv.Itoa(r.Count)]
+			if r.Target != p[0] || !ok || peer.PairsPerSec <= 0 || peer.P99 <= 0 {
+				continue
+			}
+			s.notes = append(s.notes, fmt.Sprintf("ratio %s ÷ %s at count %d: calls/s %.2f, p99 %.2f",
+				p[0], p[1], r.Count, r.PairsPerSec/peer.PairsPerSec, float64(r.P99)/float64(peer.P99)))
+		}
 	}
 	return []benchTable{g, {notes: []string{switchLine(sw)}}, s}
 }

@@ -25,7 +25,7 @@ import (
 
 // Worker-lease stores for Config.WorkerLeases.
 const (
-	// LeasesSQL keeps worker-id leases in the SQL store (SQLite or MySQL): the default.
+	// LeasesSQL keeps worker-id leases in the SQL store (Config.Store): the default.
 	LeasesSQL = "sql"
 	// LeasesRedis keeps worker-id leases in Redis.
 	LeasesRedis = "redis"
@@ -35,6 +35,9 @@ const (
 // process's other services come in service.Deps. The zero value of every field means its
 // default.
 type Config struct {
+	// Store is where segment tags and LeasesSQL worker-id leases live: StoreAuto (default),
+	// StoreSQLite, StoreMySQL (needs Deps.MySQL) or StorePostgres (needs Deps.Postgres).
+	Store string
 	// WorkerLeases is LeasesSQL (default) or LeasesRedis, which needs Deps.Redis.
 	WorkerLeases string
 	// RedisPrefix starts every Redis key; default "coordkit:idgen:".
@@ -52,7 +55,8 @@ type Config struct {
 }
 
 // Open opens the ID service on the process's shared connections: segment tags and
-// worker-id leases on Deps.MySQL when set, else in the SQLite file idgen.db in Deps.DataDir;
+// worker-id leases in the SQL store cfg.Store chooses (by default Deps.Postgres or
+// Deps.MySQL, whichever is set, else the SQLite file idgen.db in Deps.DataDir);
 // MODE_REDIS_INCR (and LeasesRedis) on Deps.Redis when set. The Mounted service's Close
 // closes the service, then the engines (releasing the worker id), then the SQLite file;
 // never Deps: close Redis after it, so that a lease held there can be released.
@@ -61,10 +65,7 @@ func Open(ctx context.Context, deps service.Deps, cfg Config) (*service.Mounted,
 	if err != nil {
 		return nil, err
 	}
-	store, leases := "sqlite", cfg.WorkerLeases
-	if deps.MySQL != nil {
-		store = deps.MySQL.Dialect.Name
-	}
+	store, leases := o.db.Dialect.Name, cfg.WorkerLeases
 	if leases == "" {
 		leases = LeasesSQL
 	}
@@ -109,10 +110,13 @@ func open(ctx context.Context, deps service.Deps, cfg Config) (*opened, error) {
 	default:
 		return nil, fmt.Errorf("idgen: --id-worker-leases %q: want %q or %q", cfg.WorkerLeases, LeasesSQL, LeasesRedis)
 	}
+	var err error
+	if o.db, err = sqlStore(deps, cfg.Store); err != nil {
+		return nil, err
+	}
 	log := deps.Log()
 	fail := func(err error) (*opened, error) { return nil, o.closers.Fail(err) }
 
-	o.db = deps.MySQL
 	if o.db == nil {
 		db, err := deps.OpenSQLite(ctx, "idgen.db")
 		if err != nil {
@@ -155,9 +159,9 @@ func open(ctx context.Context, deps service.Deps, cfg Config) (*opened, error) {
 	return o, nil
 }
 
-// checks are the ID service's health checks: its SQL store answers (segments, and worker
-// leases on it), the snowflake worker id is leased (without it MODE_SNOWFLAKE fails), and
-// Redis answers when MODE_REDIS_INCR is on.
+// checks are the ID service's health checks: its SQL store answers, under its engine's name
+// (segments, and worker leases on it), the snowflake worker id is leased (without it
+// MODE_SNOWFLAKE fails), and Redis answers when MODE_REDIS_INCR is on.
 func (o *opened) checks(store string) map[string]server.Check {
 	out := map[string]server.Check{
 		store: func(ctx context.Context) error { return o.db.PingContext(ctx) },

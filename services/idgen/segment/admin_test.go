@@ -3,10 +3,9 @@ package segment_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
+	"sync"
 	"testing"
 
-	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/idgen/segment"
 )
@@ -172,27 +171,45 @@ func TestUpdateTag(t *testing.T) {
 	}
 }
 
-// TestSchemaGainsDeletedAt opens a store on a table created before tags could be deleted:
-// the column is added, the old rows are live, and a second store on it finds it there.
+// TestSchemaGainsDeletedAt opens stores on a table created before tags could be deleted,
+// several at once as instances starting together would: the column is added, the old rows
+// are live, and every store finds it there.
 func TestSchemaGainsDeletedAt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := sqldb.OpenSQLite(ctx, filepath.Join(t.TempDir(), "old.db"))
-	noErr(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = db.ExecContext(ctx, `CREATE TABLE coordkit_idgen_segments (
-		biz_tag TEXT NOT NULL PRIMARY KEY, max_id INTEGER NOT NULL, step INTEGER NOT NULL,
-		description TEXT NOT NULL DEFAULT '', updated_at INTEGER NOT NULL)`)
-	noErr(t, err)
-	_, err = db.ExecContext(ctx, `INSERT INTO coordkit_idgen_segments VALUES ('old', 42, 10, 'kept', 0)`)
-	noErr(t, err)
-	e := newEngine(t, db, nil)
-	newEngine(t, db, nil)
-	ids, err := e.Next(ctx, "old", 1)
-	noErr(t, err)
-	if ids[0] != 42 {
-		t.Fatalf("first ID of the old tag = %d, want 42", ids[0])
+	for _, d := range dbs {
+		if d.name == "mysql" {
+			continue // the shared database's table has the column already
+		}
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			db := d.open(t)
+			k := db.Dialect
+			_, err := db.ExecContext(ctx, `CREATE TABLE coordkit_idgen_segments (
+				biz_tag `+k.Key+` NOT NULL PRIMARY KEY, max_id `+k.Int64+` NOT NULL, step `+k.Int64+` NOT NULL,
+				description `+k.Text+` NOT NULL DEFAULT '', updated_at `+k.Int64+` NOT NULL)`)
+			noErr(t, err)
+			_, err = db.ExecContext(ctx, `INSERT INTO coordkit_idgen_segments VALUES ('old', 42, 10, 'kept', 0)`)
+			noErr(t, err)
+			stores := make([]*segment.Store, 4)
+			errs := make([]error, len(stores))
+			var wg sync.WaitGroup
+			for i := range stores {
+				wg.Go(func() { stores[i], errs[i] = segment.NewStore(ctx, db) })
+			}
+			wg.Wait()
+			for _, err := range errs {
+				noErr(t, err)
+			}
+			e := segment.New(stores[0], segment.Config{})
+			t.Cleanup(func() { e.Close() })
+			ids, err := e.Next(ctx, "old", 1)
+			noErr(t, err)
+			if ids[0] != 42 {
+				t.Fatalf("first ID of the old tag = %d, want 42", ids[0])
+			}
+			_, err = e.DeleteTag(ctx, "old")
+			noErr(t, err)
+		})
 	}
-	_, err = e.DeleteTag(ctx, "old")
-	noErr(t, err)
 }

@@ -31,6 +31,16 @@ var dbs = []struct {
 		t.Cleanup(func() { db.Close() })
 		return db
 	}},
+	{"postgres", func(t *testing.T) *sqldb.DB { return openPostgres(t, testenv.PostgresSchema(t)) }},
+}
+
+// openPostgres opens a handle on the tests' PostgreSQL database whose tables live in schema.
+func openPostgres(t *testing.T, schema string) *sqldb.DB {
+	t.Helper()
+	db, err := sqldb.OpenPostgres(context.Background(), testenv.PostgresURL(), sqldb.PostgresConfig{Schema: schema, MaxConns: 8})
+	noErr(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // fakeClock is a clock the test moves; the engine reads it from its goroutines too.

@@ -77,8 +77,8 @@ func (e *BelowTombstone) Is(target error) bool { return target == ErrBelowTombst
 func (e *BelowTombstone) ConnectCode() connect.Code { return connect.CodeFailedPrecondition }
 
 // Store is the segment table coordkit_idgen_segments(biz_tag, max_id, step, description,
-// updated_at, deleted_at) on SQLite or MySQL. deleted_at is 0 for a live tag and the deletion
-// time (database clock, Unix ms) for a tombstone. It implements block.Reserver.
+// updated_at, deleted_at) on SQLite, MySQL or PostgreSQL. deleted_at is 0 for a live tag and
+// the deletion time (database clock, Unix ms) for a tombstone. It implements block.Reserver.
 type Store struct {
 	db *sqldb.DB
 
@@ -101,7 +101,7 @@ func NewStore(ctx context.Context, db *sqldb.DB) (*Store, error) {
 		updated_at  ` + d.Int64 + ` NOT NULL,
 		deleted_at  ` + d.Int64 + ` NOT NULL DEFAULT 0
 	)` + d.TableOptions
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	if err := db.CreateTable(ctx, "coordkit_idgen_segments", schema); err != nil {
 		return nil, fmt.Errorf("segment: %s schema: %w", d.Name, err)
 	}
 	if err := addDeletedAt(ctx, db); err != nil {
@@ -120,7 +120,7 @@ func NewStore(ctx context.Context, db *sqldb.DB) (*Store, error) {
 			" updated_at = " + d.NowMillis + live,
 		readRow: cols + " WHERE biz_tag = ?",
 		insert: d.InsertIgnore + " INTO coordkit_idgen_segments (biz_tag, max_id, step, description, updated_at)" +
-			" VALUES (?, ?, ?, ?, " + d.NowMillis + ")",
+			" VALUES (?, ?, ?, ?, " + d.NowMillis + ")" + d.OnConflictIgnore,
 		list: cols + " WHERE deleted_at = 0 ORDER BY biz_tag",
 		// A tombstone comes back to life where it stopped, or at a start at or above that.
 		revive: set + "step = ?, description = ?, deleted_at = 0, updated_at = " + d.NowMillis + dead,

@@ -45,6 +45,12 @@ var leaseStores = []leaseCase{
 		t.Cleanup(func() { db.Close() })
 		return sqlStore(t, db)
 	}},
+	{name: "postgres", store: func(t *testing.T) (workerid.Store, func(*testing.T, int)) {
+		db, err := sqldb.OpenPostgres(context.Background(), testenv.PostgresURL(), sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t), MaxConns: 8})
+		noErr(t, err)
+		t.Cleanup(func() { db.Close() })
+		return sqlStore(t, db)
+	}},
 }
 
 func sqlStore(t *testing.T, db *sqldb.DB) (workerid.Store, func(*testing.T, int)) {

@@ -13,7 +13,7 @@ import (
 
 // SQL leases worker ids in the table coordkit_idgen_workers, one row per id created up front:
 // (worker_id, owner, expires_at, last_ms), expiry on the database's clock. The same code runs
-// on SQLite and MySQL; only sqldb.Dialect differs.
+// on SQLite, MySQL and PostgreSQL; only sqldb.Dialect differs.
 type SQL struct {
 	db *sqldb.DB
 
@@ -30,19 +30,19 @@ func NewSQL(ctx context.Context, db *sqldb.DB) (*SQL, error) {
 	for i := range rows {
 		rows[i] = fmt.Sprintf("(%d)", i)
 	}
-	schema := []string{
-		`CREATE TABLE IF NOT EXISTS coordkit_idgen_workers (
-			worker_id  INTEGER      NOT NULL PRIMARY KEY,
-			owner      ` + d.Key + ` NOT NULL DEFAULT '',
-			expires_at ` + d.Int64 + ` NOT NULL DEFAULT 0,
-			last_ms    ` + d.Int64 + ` NOT NULL DEFAULT 0
-		)` + d.TableOptions,
-		d.InsertIgnore + " INTO coordkit_idgen_workers (worker_id) VALUES " + strings.Join(rows, ","),
+	table := `CREATE TABLE IF NOT EXISTS coordkit_idgen_workers (
+		worker_id  INTEGER      NOT NULL PRIMARY KEY,
+		owner      ` + d.Key + ` NOT NULL DEFAULT '',
+		expires_at ` + d.Int64 + ` NOT NULL DEFAULT 0,
+		last_ms    ` + d.Int64 + ` NOT NULL DEFAULT 0
+	)` + d.TableOptions
+	if err := db.CreateTable(ctx, "coordkit_idgen_workers", table); err != nil {
+		return nil, fmt.Errorf("workerid: %s schema: %w", d.Name, err)
 	}
-	for _, stmt := range schema {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("workerid: %s schema: %w", d.Name, err)
-		}
+	// Every instance inserts every row; the rows that exist stay as they are.
+	fill := d.InsertIgnore + " INTO coordkit_idgen_workers (worker_id) VALUES " + strings.Join(rows, ",") + d.OnConflictIgnore
+	if _, err := db.ExecContext(ctx, fill); err != nil {
+		return nil, fmt.Errorf("workerid: %s schema: %w", d.Name, err)
 	}
 	return &SQL{
 		db: db,

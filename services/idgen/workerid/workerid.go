@@ -4,7 +4,7 @@
 // highest timestamp its holder may have issued, which survives the lease, so that the next
 // holder of the id can refuse to issue before its clock has passed it.
 //
-// Stores: Redis (SET NX PX, compare-and-set in Lua) and SQL (SQLite or MySQL, one row per id).
+// Stores: Redis (SET NX PX, compare-and-set in Lua) and SQL (SQLite, MySQL or PostgreSQL, one row per id).
 package workerid
 
 import (
