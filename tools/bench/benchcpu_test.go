@@ -159,6 +159,7 @@ func TestBenchBackendPIDs(t *testing.T) {
 		{"redis", func(ctx context.Context) ([]int, error) { return redisPIDs(ctx, []string{testenv.RedisAddr()}) }, 1, redisComms},
 		{"redlock", func(ctx context.Context) ([]int, error) { return redisPIDs(ctx, testenv.RedlockAddrs()) }, 3, redisComms},
 		{"mysql", func(ctx context.Context) ([]int, error) { return mysqlPIDs(ctx, testenv.MySQLDSN()) }, 1, mysqlComms},
+		{"postgres", func(ctx context.Context) ([]int, error) { return postgresPIDs(ctx, testenv.PostgresURL()) }, 1, postgresComms},
 		{"zookeeper", func(ctx context.Context) ([]int, error) { return zooKeeperPIDs(ctx, testenv.ZooKeeperAddrs()) }, 1, []string{"java"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
