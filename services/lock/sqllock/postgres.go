@@ -2,7 +2,6 @@ package sqllock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/coordkit/coordkit/libs/sqldb"
 )
@@ -19,14 +18,5 @@ func OpenPostgres(ctx context.Context, url string, pg sqldb.PostgresConfig, cfg 
 		pg.MaxConns = postgresConns
 	}
 	db, err := sqldb.OpenPostgres(ctx, url, pg)
-	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w", err)
-	}
-	b, err := New(ctx, db, cfg)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	b.owned = db
-	return b, nil
+	return owning(ctx, db, err, cfg)
 }
