@@ -76,7 +76,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL or PostgreSQL database (default \"default\")")
 	fs.StringVar(&c.taskDefault, "task-default-backend", "", "task backend for requests that name none (default: the first enabled of redis, mysql, else sqlite)")
 	fs.DurationVar(&c.taskRetention, "task-retention", 0, "keep acked tasks this long (a Put of their id then reports them as existing); 0 deletes them at Ack")
-	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, else sqlite)")
+	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, postgres, else sqlite)")
 	fs.StringVar(&c.idStore, "id-store", idgenservice.StoreAuto, "where ID segment tags and sql worker-id leases live: auto (the database of --postgres-url or --mysql-dsn, whichever is set, else the SQLite file; both set is an error), sqlite, mysql or postgres")
 	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the --id-store: the SQLite file, MySQL or PostgreSQL) or redis (needs --redis-url or --redis-addr)")
 	fs.IntVar(&c.waitAttempts, "lock-wait-attempts", lock.DefaultWaitAttempts, "per backend, how many backend attempts of blocked Acquires may run at once after their first; Release, Renew and first attempts never queue behind them")
