@@ -49,14 +49,15 @@ func TestConformance(t *testing.T) {
 	// of the package's CI time. The MySQL rows also run side by side with each other: they
 	// share the dev database's table, so a pick in one row locks index entries of another
 	// row's pool (see sqltask's takeSkipped), which a pick there must not mistake for an
-	// empty pool. The other backends' rows stay one at a time, as before.
+	// empty pool. The PostgreSQL rows run side by side too, each in a schema of its own. The
+	// other backends' rows stay one at a time, as before.
 	var backendsDone sync.WaitGroup
 	for _, b := range backends {
 		backendsDone.Go(func() {
 			t.Run(b.name, func(t *testing.T) {
 				for _, c := range behaviours {
 					t.Run(c.name, func(t *testing.T) {
-						if b.name == "mysql" {
+						if b.name == "mysql" || b.name == "postgres" {
 							t.Parallel()
 						}
 						c.run(t, b)

@@ -167,5 +167,14 @@ func ceilMillis(d time.Duration) int64 {
 // randomPosition is a task's place in ORDER_RANDOM, drawn anew whenever it becomes available.
 func randomPosition() int64 { return int64(rand.Uint32()) }
 
+// errorText is a task's last error as the last_error column takes it: PostgreSQL keeps it
+// as BYTEA, since a reason may hold NUL, which its TEXT cannot.
+func (b *Backend) errorText(s string) any {
+	if b.d.Name == "postgres" {
+		return []byte(s)
+	}
+	return s
+}
+
 // fromMillis converts the database clock to a time.
 func fromMillis(ms int64) time.Time { return time.UnixMilli(ms) }
