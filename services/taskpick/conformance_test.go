@@ -261,7 +261,7 @@ func testNackDead(t *testing.T, b backendCase) {
 		if len(got) != 1 || got[0].GetAttempt() != attempt {
 			t.Fatalf("attempt %d: picked %v", attempt, got)
 		}
-		r, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "poison", LeaseToken: got[0].GetLeaseToken(), LeaseSecret: got[0].GetLeaseSecret(), Reason: fmt.Sprint("boom ", attempt)})
+		r, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "poison", LeaseToken: got[0].GetLeaseToken(), LeaseSecret: got[0].GetLeaseSecret(), Reason: fmt.Sprint("boom\x00 ", attempt)}) // NUL is valid UTF-8, and kept
 		if err != nil {
 			t.Fatalf("Nack: %v", err)
 		}
@@ -276,7 +276,7 @@ func testNackDead(t *testing.T, b backendCase) {
 	if err != nil {
 		t.Fatalf("ListDead: %v", err)
 	}
-	if dead.GetTotal() != 1 || len(dead.GetTasks()) != 1 || dead.GetTasks()[0].GetLastError() != "boom 2" ||
+	if dead.GetTotal() != 1 || len(dead.GetTasks()) != 1 || dead.GetTasks()[0].GetLastError() != "boom\x00 2" ||
 		dead.GetTasks()[0].GetFailures() != 2 || dead.GetTasks()[0].GetState() != taskpickv1.State_STATE_DEAD {
 		t.Fatalf("dead list %v", dead)
 	}
