@@ -49,9 +49,9 @@ type taskBenchConfig struct {
 	// its own, dropped afterwards) and of River (in riverSchema).
 	postgresURL string
 	riverSchema string
-	asynqDB   int
-	timeout   time.Duration
-	asJSON    bool
+	asynqDB     int
+	timeout     time.Duration
+	asJSON      bool
 	// sqliteSync is how the in-process SQLite store syncs commits (--sqlite-synchronous).
 	sqliteSync sqldb.Synchronous
 }
