@@ -2,6 +2,7 @@ package sqltask
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync"
 
@@ -63,6 +64,9 @@ func (b *Backend) ackGrouped(ctx context.Context, pool, id string, lease taskpic
 	g.running = true
 	g.mu.Unlock()
 	if lead {
+		// The Acks of one Batch request arrive together: let those already running join
+		// this statement rather than wait for the next.
+		runtime.Gosched()
 		b.runAckGroup(context.WithoutCancel(ctx))
 	}
 	var d ackDone
