@@ -83,12 +83,7 @@ func mysqlStore(t *testing.T) func(t *testing.T) taskpick.Backend {
 			t.Fatalf("open mysql (start it with deploy/dev/backends.sh up): %v", err)
 		}
 		t.Cleanup(func() { db.Close() })
-		b, err := sqltask.New(context.Background(), db, sqltask.Config{})
-		if err != nil {
-			t.Fatalf("sqltask: %v", err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return b
+		return sqlBackend(t, db)
 	}
 }
 
@@ -101,13 +96,18 @@ func postgresStore(t *testing.T) func(t *testing.T) taskpick.Backend {
 			t.Fatalf("open postgres (start it with deploy/dev/backends.sh up): %v", err)
 		}
 		t.Cleanup(func() { db.Close() })
-		b, err := sqltask.New(context.Background(), db, sqltask.Config{})
-		if err != nil {
-			t.Fatalf("sqltask: %v", err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return b
+		return sqlBackend(t, db)
 	}
+}
+
+// sqlBackend is a sqltask backend on db, closed when the test ends.
+func sqlBackend(t *testing.T, db *sqldb.DB) taskpick.Backend {
+	b, err := sqltask.New(context.Background(), db, sqltask.Config{})
+	if err != nil {
+		t.Fatalf("sqltask: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 // pool names a pool unique to the test run, so tests sharing a database never meet.

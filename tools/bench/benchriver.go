@@ -144,11 +144,5 @@ func benchRiver(ctx context.Context, cfg taskBenchConfig) (taskResult, error) {
 
 // addRiverRatios sets every run's ratio to River: its tasks/s over River's.
 func addRiverRatios(results []taskResult) {
-	i := slices.IndexFunc(results, func(r taskResult) bool { return r.Target == "river/postgres" })
-	if i < 0 || results[i].TasksPerSec == 0 {
-		return
-	}
-	for j := range results {
-		results[j].RatioRiver = results[j].TasksPerSec / results[i].TasksPerSec
-	}
+	addRatios(results, "river/postgres", func(r *taskResult, ratio float64) { r.RatioRiver = ratio })
 }

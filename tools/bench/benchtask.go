@@ -578,12 +578,18 @@ func benchAsynq(ctx context.Context, cfg taskBenchConfig) (taskResult, error) {
 
 // addAsynqRatios sets every service and Work run's ratio: its tasks/s over asynq's.
 func addAsynqRatios(results []taskResult) {
-	i := slices.IndexFunc(results, func(r taskResult) bool { return r.Target == "asynq/redis" })
+	addRatios(results, "asynq/redis", func(r *taskResult, ratio float64) { r.Ratio = ratio })
+}
+
+// addRatios sets, with set, every run's tasks/s over that of the run of target, if any.
+func addRatios(results []taskResult, target string, set func(r *taskResult, ratio float64)) {
+	i := slices.IndexFunc(results, func(r taskResult) bool { return r.Target == target })
 	if i < 0 || results[i].TasksPerSec == 0 {
 		return
 	}
+	base := results[i].TasksPerSec
 	for j := range results {
-		results[j].Ratio = results[j].TasksPerSec / results[i].TasksPerSec
+		set(&results[j], results[j].TasksPerSec/base)
 	}
 }
 
