@@ -23,11 +23,8 @@ func storedToken(token uint64) uint64 {
 }
 
 // Ack implements taskpick.Backend: one DELETE (or UPDATE to done) whose WHERE checks the
-// lease; on PostgreSQL one such statement for the Acks that arrive together (ackGrouped).
+// lease.
 func (b *Backend) Ack(ctx context.Context, pool, id string, lease taskpick.Lease) error {
-	if b.d.Name == "postgres" {
-		return b.ackGrouped(ctx, pool, id, lease)
-	}
 	return b.leaseWrite(ctx, pool, id, lease, false, func() (sql.Result, error) {
 		return b.st.ack.ExecContext(ctx, pool, id, storedToken(lease.Token), lease.Digest)
 	})

@@ -57,8 +57,6 @@ type Backend struct {
 
 	mu      sync.Mutex
 	byCount map[string]*sql.Stmt // statements with n placeholders, by text
-
-	acks ackGroup // PostgreSQL: see ackgroup.go
 }
 
 var _ taskpick.Backend = (*Backend)(nil)

@@ -12,11 +12,10 @@ import (
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"
 )
 
-// TestPostgresGroupedAcksFinishEachLeaseOnce acks every lease of 100 picked tasks from 4
-// goroutines at once, so that racing Acks of one lease share a statement, beside Acks that
-// present a wrong digest: exactly one Ack per lease is done, the others find the task gone,
-// and a wrong digest finishes nothing.
-func TestPostgresGroupedAcksFinishEachLeaseOnce(t *testing.T) {
+// TestPostgresRacingAcksFinishEachLeaseOnce acks every lease of 100 picked tasks from 4
+// goroutines at once, beside Acks that present a wrong digest: exactly one Ack per lease is
+// done, the others find the task gone, and a wrong digest finishes nothing.
+func TestPostgresRacingAcksFinishEachLeaseOnce(t *testing.T) {
 	ctx := context.Background()
 	b, err := sqltask.New(ctx, openEngine(t, "postgres", 16), sqltask.Config{})
 	if err != nil {
@@ -24,7 +23,7 @@ func TestPostgresGroupedAcksFinishEachLeaseOnce(t *testing.T) {
 	}
 	t.Cleanup(func() { b.Close() })
 	const n, racers = 100, 4
-	const pool = "grouped"
+	const pool = "racing-acks"
 	tasks := make([]taskpick.NewTask, n)
 	for i := range tasks {
 		tasks[i] = taskpick.NewTask{ID: fmt.Sprint("t", i), MaxAttempts: 3}
