@@ -42,7 +42,7 @@ func pickStatement(o taskpick.Order, n int, now string) string {
 	limit := strconv.Itoa(n)
 	avail := strconv.Itoa(stAvailable)
 	cols := "seq, neg_priority, run_at, rnd, " + pickSizeExpr + " AS size"
-	due := " FROM " + table + " WHERE pool = ? AND state = " + avail + " AND run_at <= (SELECT now FROM clock)"
+	due := " FROM " + table + " WHERE pool = ? AND state = " + avail + " AND " + pickOnly[o] + " AND run_at <= (SELECT now FROM clock)"
 	var locked, window string
 	if o == taskpick.Random {
 		locked = "first AS (SELECT " + cols + due + " AND rnd >= ? ORDER BY rnd LIMIT " + limit + " FOR UPDATE SKIP LOCKED), " +
@@ -67,7 +67,7 @@ func pickStatement(o taskpick.Order, n int, now string) string {
 		" RETURNING kept.i, t.id, t.payload, t.neg_priority, t.token, t.attempt, t.max_attempts) " +
 		"SELECT clock.now, (SELECT COUNT(*) FROM locked)," +
 		" CASE WHEN (SELECT COUNT(*) FROM upd) < " + limit + " THEN (SELECT MIN(run_at) FROM " + table +
-		" WHERE pool = ? AND state = " + avail + " AND run_at > clock.now) END," +
+		" WHERE pool = ? AND state = " + avail + " AND " + pickOnly[taskpick.FIFO] + " AND run_at > clock.now) END," +
 		" upd.i, upd.id, upd.payload, upd.neg_priority, upd.token, upd.attempt, upd.max_attempts" +
 		" FROM clock LEFT JOIN upd ON TRUE ORDER BY upd.i"
 }
