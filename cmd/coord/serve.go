@@ -74,7 +74,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.postgresURL, "postgres-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db?sslmode=verify-full); enables the postgres backend")
 	fs.StringVar(&c.postgresSchema, "postgres-schema", sqldb.DefaultPostgresSchema, "PostgreSQL schema of coordkit's tables, created when missing")
 	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL or PostgreSQL database (default \"default\")")
-	fs.StringVar(&c.taskDefault, "task-default-backend", "", "task backend for requests that name none (default: the first enabled of redis, mysql, else sqlite)")
+	fs.StringVar(&c.taskDefault, "task-default-backend", "", "task backend for requests that name none (default: the first enabled of redis, mysql, postgres, else sqlite)")
 	fs.DurationVar(&c.taskRetention, "task-retention", 0, "keep acked tasks this long (a Put of their id then reports them as existing); 0 deletes them at Ack")
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, postgres, else sqlite)")
 	fs.StringVar(&c.idStore, "id-store", idgenservice.StoreAuto, "where ID segment tags and sql worker-id leases live: auto (the database of --postgres-url or --mysql-dsn, whichever is set, else the SQLite file; both set is an error), sqlite, mysql or postgres")
