@@ -105,6 +105,12 @@ func TestChaos(t *testing.T) {
 	}
 	kill := func(args []string) func(t *testing.T) ([]string, chaosFaultFunc) { return with(killHolder, args) }
 	rolling := func(args []string) func(t *testing.T) ([]string, chaosFaultFunc) { return with(rollingRestart, args) }
+	// PostgreSQL's rows run in a schema of their own, made when the row starts.
+	postgres := func(fault chaosFaultFunc) func(t *testing.T) ([]string, chaosFaultFunc) {
+		return func(t *testing.T) ([]string, chaosFaultFunc) {
+			return []string{"--postgres-url", testenv.PostgresURL(), "--postgres-schema", testenv.PostgresSchema(t)}, fault
+		}
+	}
 	rows := []chaosRow{
 		{name: "kill/redis", backend: "redis", instances: 3, setup: kill(redisArgs)},
 		{name: "kill/redlock", backend: "redlock", instances: 3, setup: kill(redlockArgs)},
@@ -121,6 +127,7 @@ func TestChaos(t *testing.T) {
 		{name: "kill/zookeeper/long-wait", backend: "zookeeper", instances: 3, setup: kill(zkArgs), wait: 30 * time.Second,
 			serve: zkSessionTimeout + chaosServeSlack},
 		{name: "kill/mysql", backend: "mysql", instances: 3, setup: kill(mysqlArgs)},
+		{name: "kill/postgres", backend: "postgres", instances: 3, setup: postgres(killHolder)},
 		{name: "redlock-node", backend: "redlock", instances: 2, setup: redlockNodeLoss},
 		{name: "zookeeper-restart", backend: "zookeeper", instances: 2, setup: zookeeperRestart},
 		{name: "mariadb-restart", backend: "mysql", instances: 2, setup: mariadbRestart},
@@ -129,6 +136,7 @@ func TestChaos(t *testing.T) {
 		{name: "nats-restart", backend: "redis", instances: 2, setup: natsRestart},
 		{name: "rolling/redis", backend: "redis", instances: 3, setup: rolling(redisArgs)},
 		{name: "rolling/mysql", backend: "mysql", instances: 3, setup: rolling(mysqlArgs)},
+		{name: "rolling/postgres", backend: "postgres", instances: 3, setup: postgres(rollingRestart)},
 		{name: "rolling/redlock", backend: "redlock", instances: 3, setup: rolling(redlockArgs)},
 		// A graceful stop leaves the instance's ZooKeeper session to expire (zklock's Close):
 		// closing it deleted the lease nodes at once, and rivals got locks whose holders had

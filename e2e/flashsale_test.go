@@ -33,7 +33,7 @@ const (
 func TestFlashSale(t *testing.T) {
 	t.Parallel()
 	// Not sqlite: its file is embedded in each instance, so instances never share its locks.
-	for _, backend := range []string{"redis", "redlock", "zookeeper", "mysql"} {
+	for _, backend := range []string{"redis", "redlock", "zookeeper", "mysql", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			runFlashSale(t, backend)

@@ -57,8 +57,9 @@ type pausedLease struct {
 // SDK must not care.
 func TestPausedHolderLearnsFirst(t *testing.T) {
 	t.Parallel()
-	backends := []string{"redis", "redlock", "zookeeper", "mysql", "sqlite"}
+	backends := []string{"redis", "redlock", "zookeeper", "mysql", "postgres", "sqlite"}
 	in := startInstance(t, "coord-1", "--nats-url", testenv.NATSURL(), "--mysql-dsn", testenv.MySQLDSN(),
+		"--postgres-url", testenv.PostgresURL(), "--postgres-schema", testenv.PostgresSchema(t),
 		"--redis-addr", testenv.RedisAddr(), "--redlock-addrs", strings.Join(testenv.RedlockAddrs(), ","),
 		"--zk-addrs", strings.Join(testenv.ZooKeeperAddrs(), ","))
 	prefix := testenv.Prefix(t)

@@ -24,7 +24,7 @@ import (
 func fairBackends() []backendCase {
 	var out []backendCase
 	for _, bc := range backends {
-		if bc.name == "redis" || bc.name == "mysql" || bc.name == "sqlite" {
+		if bc.name == "redis" || bc.name == "mysql" || bc.name == "postgres" || bc.name == "sqlite" {
 			out = append(out, bc)
 		}
 	}
@@ -35,7 +35,7 @@ func fairBackends() []backendCase {
 func fairCutCases() []cutCase {
 	var out []cutCase
 	for _, cc := range cutCases {
-		if cc.name == "redis" || cc.name == "mysql" {
+		if cc.name == "redis" || cc.name == "mysql" || cc.name == "postgres" {
 			out = append(out, cc)
 		}
 	}

@@ -86,6 +86,7 @@ var backends = []backendCase{
 	{name: "redlock", store: redlockStore},
 	{name: "zookeeper", store: zookeeperStore},
 	{name: "mysql", store: mysqlStore},
+	{name: "postgres", store: postgresStore},
 	{name: "sqlite", store: sqliteStore},
 }
 

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/redislock"
@@ -77,6 +78,12 @@ var rawStores = []rawStore{
 		}
 		t.Cleanup(func() { db.Close() })
 		return b, func(t *testing.T) []byte { return dumpSQL(t, db) }
+	}},
+	{"postgres", true, func(t *testing.T) (lock.Backend, func(t *testing.T) []byte) {
+		schema := testenv.PostgresSchema(t)
+		b := openPostgres(t, testenv.PostgresURL(), sqldb.PostgresConfig{Schema: schema})
+		db := postgresRaw(t, schema)
+		return b, func(t *testing.T) []byte { return dumpSQL(t, db.DB) }
 	}},
 	{"sqlite", true, func(t *testing.T) (lock.Backend, func(t *testing.T) []byte) {
 		path := filepath.Join(t.TempDir(), "locks.db")

@@ -16,6 +16,7 @@ import (
 	"github.com/coordkit/coordkit/libs/client"
 	"github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1/lockv1connect"
 	"github.com/coordkit/coordkit/libs/server"
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/redislock"
@@ -128,5 +129,10 @@ var cutCases = []cutCase{
 			backends[i] = b
 		}
 		return backends[0], backends[1], []*testenv.Proxy{p}
+	}},
+	{name: "postgres", open: func(t *testing.T) (lock.Backend, lock.Backend, []*testenv.Proxy) {
+		pg := sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t)}
+		p := testenv.NewProxy(t, postgresAddr(t))
+		return openPostgres(t, postgresURLVia(t, p.Addr()), pg), openPostgres(t, testenv.PostgresURL(), pg), []*testenv.Proxy{p}
 	}},
 }

@@ -374,7 +374,7 @@ func TestWorkAcksShareBatches(t *testing.T) {
 // every caller gets the task.
 func TestBatchingClientGetsOfLargeTasks(t *testing.T) {
 	t.Parallel()
-	in, p := one(t, backends[2]), pool(t, "big-sdk-gets")
+	in, p := one(t, backendNamed("sqlite")), pool(t, "big-sdk-gets")
 	payload := bytes.Repeat([]byte("x"), 256<<10)
 	put(t, in, p, &taskpickv1.NewTask{Id: "big", Payload: payload})
 	rec := newRecorder(200 * time.Millisecond)

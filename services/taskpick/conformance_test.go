@@ -49,14 +49,15 @@ func TestConformance(t *testing.T) {
 	// of the package's CI time. The MySQL rows also run side by side with each other: they
 	// share the dev database's table, so a pick in one row locks index entries of another
 	// row's pool (see sqltask's takeSkipped), which a pick there must not mistake for an
-	// empty pool. The other backends' rows stay one at a time, as before.
+	// empty pool. The PostgreSQL rows run side by side too, each in a schema of its own. The
+	// other backends' rows stay one at a time, as before.
 	var backendsDone sync.WaitGroup
 	for _, b := range backends {
 		backendsDone.Go(func() {
 			t.Run(b.name, func(t *testing.T) {
 				for _, c := range behaviours {
 					t.Run(c.name, func(t *testing.T) {
-						if b.name == "mysql" {
+						if b.name == "mysql" || b.name == "postgres" {
 							t.Parallel()
 						}
 						c.run(t, b)
@@ -260,7 +261,7 @@ func testNackDead(t *testing.T, b backendCase) {
 		if len(got) != 1 || got[0].GetAttempt() != attempt {
 			t.Fatalf("attempt %d: picked %v", attempt, got)
 		}
-		r, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "poison", LeaseToken: got[0].GetLeaseToken(), LeaseSecret: got[0].GetLeaseSecret(), Reason: fmt.Sprint("boom ", attempt)})
+		r, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "poison", LeaseToken: got[0].GetLeaseToken(), LeaseSecret: got[0].GetLeaseSecret(), Reason: fmt.Sprint("boom\x00 ", attempt)}) // NUL is valid UTF-8, and kept
 		if err != nil {
 			t.Fatalf("Nack: %v", err)
 		}
@@ -275,7 +276,7 @@ func testNackDead(t *testing.T, b backendCase) {
 	if err != nil {
 		t.Fatalf("ListDead: %v", err)
 	}
-	if dead.GetTotal() != 1 || len(dead.GetTasks()) != 1 || dead.GetTasks()[0].GetLastError() != "boom 2" ||
+	if dead.GetTotal() != 1 || len(dead.GetTasks()) != 1 || dead.GetTasks()[0].GetLastError() != "boom\x00 2" ||
 		dead.GetTasks()[0].GetFailures() != 2 || dead.GetTasks()[0].GetState() != taskpickv1.State_STATE_DEAD {
 		t.Fatalf("dead list %v", dead)
 	}

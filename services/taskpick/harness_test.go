@@ -31,7 +31,18 @@ type backendCase struct {
 var backends = []backendCase{
 	{name: "redis", store: redisStore},
 	{name: "mysql", store: mysqlStore},
+	{name: "postgres", store: postgresStore},
 	{name: "sqlite", store: sqliteStore},
+}
+
+// backendNamed is the row of backends named name.
+func backendNamed(name string) backendCase {
+	for _, b := range backends {
+		if b.name == name {
+			return b
+		}
+	}
+	panic("no backend row " + name)
 }
 
 func redisStore(t *testing.T) func(t *testing.T) taskpick.Backend {
@@ -72,13 +83,31 @@ func mysqlStore(t *testing.T) func(t *testing.T) taskpick.Backend {
 			t.Fatalf("open mysql (start it with deploy/dev/backends.sh up): %v", err)
 		}
 		t.Cleanup(func() { db.Close() })
-		b, err := sqltask.New(context.Background(), db, sqltask.Config{})
-		if err != nil {
-			t.Fatalf("sqltask: %v", err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return b
+		return sqlBackend(t, db)
 	}
+}
+
+// postgresStore is a schema of the test's own (dropped when it ends) in the dev database.
+func postgresStore(t *testing.T) func(t *testing.T) taskpick.Backend {
+	schema := testenv.PostgresSchema(t)
+	return func(t *testing.T) taskpick.Backend {
+		db, err := sqldb.OpenPostgres(context.Background(), testenv.PostgresURL(), sqldb.PostgresConfig{Schema: schema, MaxConns: 16})
+		if err != nil {
+			t.Fatalf("open postgres (start it with deploy/dev/backends.sh up): %v", err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return sqlBackend(t, db)
+	}
+}
+
+// sqlBackend is a sqltask backend on db, closed when the test ends.
+func sqlBackend(t *testing.T, db *sqldb.DB) taskpick.Backend {
+	b, err := sqltask.New(context.Background(), db, sqltask.Config{})
+	if err != nil {
+		t.Fatalf("sqltask: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 // pool names a pool unique to the test run, so tests sharing a database never meet.

@@ -9,6 +9,7 @@ import (
 
 	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/redisconf"
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/redistask"
@@ -39,6 +40,25 @@ func TestLeaseSecretNeverStored(t *testing.T) {
 						t.Fatal(err)
 					}
 					raw = append(raw, data...)
+				}
+				return raw
+			}
+		}},
+		{"postgres", func(t *testing.T) (taskpick.Backend, func(*testing.T) []byte) {
+			db, err := sqldb.OpenPostgres(context.Background(), testenv.PostgresURL(), sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t), MaxConns: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			b, err := sqltask.New(context.Background(), db, sqltask.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b, func(t *testing.T) []byte {
+				var raw []byte // every row of the schema's table, every column as text
+				if err := db.QueryRowContext(context.Background(), "SELECT string_agg(t::text, E'\\n') FROM coordkit_tasks t").Scan(&raw); err != nil {
+					t.Fatal(err)
 				}
 				return raw
 			}

@@ -176,7 +176,7 @@ func lockAbout(cfg benchConfig) string {
 		"(Connect over HTTP), per backend, next to go-redsync on the same Redis node (redsync/redis) "+
 		"and the same three Redlock nodes (redsync/redlock). %s clients; each row is %s measured after %s of warm-up. "+
 		"cpu/pair is the CPU time (user + system, from /proc/<pid>/stat, 10ms ticks) one pair cost the %s "+
-		"over the measured window: the backend is redis-server, the three Redlock nodes summed, mariadbd or ZooKeeper's JVM, "+
+		"over the measured window: the backend is redis-server, the three Redlock nodes summed, mariadbd, PostgreSQL's postmaster with its connection processes or ZooKeeper's JVM, "+
 		"none for SQLite, which lives in the service, and redsync has no service; - where a process was not found. "+
 		"A ratio is the service's pairs/s over redsync's at the same number of clients, and its total CPU time per pair over redsync's.",
 		where, joinInts(cfg.clients), cfg.duration, cfg.warmup, cpu)

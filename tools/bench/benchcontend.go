@@ -38,9 +38,10 @@ const contendStartTimeout = 15 * time.Second
 
 // Fair targets of `coordbench contend`: their service target with every Acquire fair.
 const (
-	targetServiceRedisFair  = targetServiceRedis + fairSuffix
-	targetServiceMySQLFair  = targetServiceMySQL + fairSuffix
-	targetServiceSQLiteFair = targetServiceSQLite + fairSuffix
+	targetServiceRedisFair    = targetServiceRedis + fairSuffix
+	targetServiceMySQLFair    = targetServiceMySQL + fairSuffix
+	targetServicePostgresFair = targetServicePostgres + fairSuffix
+	targetServiceSQLiteFair   = targetServiceSQLite + fairSuffix
 )
 
 // fairSuffix ends the name of a target whose Acquires set AcquireRequest.Fair.
@@ -63,6 +64,7 @@ type contendConfig struct {
 	redlock   []string
 	zkAddrs   []string
 	mysqlDSN  string
+	pgURL     string
 	asJSON    bool
 	coord     string // the coord binary of the instances; empty: built (see coordBinary)
 }
@@ -73,6 +75,7 @@ func contendTargets() []string {
 	return []string{
 		targetServiceRedis, targetServiceRedisFair, targetRedsync, targetServiceRedlock,
 		targetServiceZooKeeper, targetServiceMySQL, targetServiceMySQLFair,
+		targetServicePostgres, targetServicePostgresFair,
 		targetServiceSQLite, targetServiceSQLiteFair,
 	}
 }
@@ -99,6 +102,7 @@ func benchContendFlags(fs *pflag.FlagSet) func() (contendConfig, error) {
 	redlockAddrs := fs.String("redlock-addrs", "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382", "Redlock nodes for service/redlock")
 	zkAddrs := fs.String("zk-addrs", "127.0.0.1:2181", "ZooKeeper for service/zookeeper")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB for service/mysql")
+	postgresURLFlag(fs, &cfg.pgURL)
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
 	coordFlag(fs, &cfg.coord)
 	return func() (contendConfig, error) {
@@ -260,6 +264,9 @@ func startContendInstances(startCtx, ctx context.Context, cfg contendConfig, tar
 	case targetServiceMySQL:
 		common = append(common, "--lock-scope", "bench")
 		env = append(env, config.EnvName("mysql-dsn")+"="+cfg.mysqlDSN)
+	case targetServicePostgres:
+		common = append(common, "--lock-scope", "bench")
+		env = append(env, config.EnvName("postgres-url")+"="+cfg.pgURL)
 	}
 	var natsAddr string
 	if cfg.instances > 1 {

@@ -72,11 +72,12 @@ func TestContendShareSpread(t *testing.T) {
 		t.Errorf("shareSpread(0, 0) = %v, want nil (no acquisitions)", *got)
 	}
 	for target, want := range map[string][3]string{
-		targetServiceRedisFair:  {targetServiceRedis, "redis", "fair"},
-		targetServiceMySQLFair:  {targetServiceMySQL, "mysql", "fair"},
-		targetServiceSQLiteFair: {targetServiceSQLite, "sqlite", "fair"},
-		targetServiceSQLite:     {targetServiceSQLite, "sqlite", ""},
-		targetServiceZooKeeper:  {targetServiceZooKeeper, "zookeeper", ""},
+		targetServiceRedisFair:    {targetServiceRedis, "redis", "fair"},
+		targetServiceMySQLFair:    {targetServiceMySQL, "mysql", "fair"},
+		targetServicePostgresFair: {targetServicePostgres, "postgres", "fair"},
+		targetServiceSQLiteFair:   {targetServiceSQLite, "sqlite", "fair"},
+		targetServiceSQLite:       {targetServiceSQLite, "sqlite", ""},
+		targetServiceZooKeeper:    {targetServiceZooKeeper, "zookeeper", ""},
 	} {
 		plain, backend, fair := contendBackend(target)
 		if plain != want[0] || backend != want[1] || fair != (want[2] == "fair") {

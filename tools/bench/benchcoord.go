@@ -28,6 +28,7 @@ type serveConfig struct {
 	redlockAddrs string
 	zkAddrs      string
 	mysqlDSN     string
+	pgURL        string
 	lockScope    string
 	logLevel     string
 	logFormat    string
@@ -108,8 +109,14 @@ func repoRoot() (string, error) {
 	}
 }
 
-// mysqlConns is the MySQL pool of the in-process lock service, as coord serve's.
-const mysqlConns = 32
+// mysqlConns and postgresConns are the pools of the in-process lock service, as coord
+// serve's.
+const mysqlConns, postgresConns = 32, 32
+
+// postgresURLFlag adds --postgres-url, the database of service/postgres, to fs.
+func postgresURLFlag(fs *pflag.FlagSet, url *string) {
+	fs.StringVar(url, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable", "PostgreSQL for service/postgres (its locks in the schema coordkit)")
+}
 
 // startService starts the lock service in this process on a loopback port, from the lock
 // service's package as coord serve opens it (without events: waiters poll, which the
@@ -139,6 +146,14 @@ func startService(ctx context.Context, scfg serveConfig) (string, func() error, 
 		}
 		closers.Add(db.Close)
 		deps.MySQL = db
+	}
+	if scfg.pgURL != "" {
+		db, err := sqldb.OpenPostgres(ctx, scfg.pgURL, sqldb.PostgresConfig{MaxConns: postgresConns})
+		if err != nil {
+			return "", nil, closers.Fail(fmt.Errorf("bench: --postgres-url: %w", err))
+		}
+		closers.Add(db.Close)
+		deps.Postgres = db
 	}
 	m, err := lockservice.Open(ctx, deps, lockservice.Config{
 		RedlockAddrs: splitList(scfg.redlockAddrs), ZooKeeperAddrs: splitList(scfg.zkAddrs), Scope: scfg.lockScope,

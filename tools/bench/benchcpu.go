@@ -56,6 +56,9 @@ func parseProcStat(stat string) (time.Duration, error) {
 type procGroup struct {
 	pids []int
 	none bool
+	// tree counts each pid with its children (see procTreeCPU): a server of one process
+	// per connection (PostgreSQL).
+	tree bool
 }
 
 // pidGroup is the group of pids, or unknown when there are none.
@@ -71,7 +74,11 @@ func (g procGroup) cpu() (d time.Duration, ok bool) {
 		return 0, false
 	}
 	for _, pid := range g.pids {
-		c, err := procCPU(pid)
+		read := procCPU
+		if g.tree {
+			read = procTreeCPU
+		}
+		c, err := read(pid)
 		if err != nil {
 			return 0, false
 		}

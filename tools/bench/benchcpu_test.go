@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -159,6 +160,7 @@ func TestBenchBackendPIDs(t *testing.T) {
 		{"redis", func(ctx context.Context) ([]int, error) { return redisPIDs(ctx, []string{testenv.RedisAddr()}) }, 1, redisComms},
 		{"redlock", func(ctx context.Context) ([]int, error) { return redisPIDs(ctx, testenv.RedlockAddrs()) }, 3, redisComms},
 		{"mysql", func(ctx context.Context) ([]int, error) { return mysqlPIDs(ctx, testenv.MySQLDSN()) }, 1, mysqlComms},
+		{"postgres", func(ctx context.Context) ([]int, error) { return postgresPIDs(ctx, testenv.PostgresURL()) }, 1, postgresComms},
 		{"zookeeper", func(ctx context.Context) ([]int, error) { return zooKeeperPIDs(ctx, testenv.ZooKeeperAddrs()) }, 1, []string{"java"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -206,5 +208,33 @@ func TestBenchBackendPIDs(t *testing.T) {
 		if got := zooKeeperPort(tt.arg); got != tt.want {
 			t.Errorf("zooKeeperPort(%q) = %d, want %d", tt.arg, got, tt.want)
 		}
+	}
+}
+
+// TestProcTreeCPUKeepsEndedChildren: a child's CPU time still counts in its parent's tree
+// once the child has ended (the parent collected it), so the group of a server that runs a
+// process per connection loses nothing when a connection closes.
+func TestProcTreeCPUKeepsEndedChildren(t *testing.T) {
+	t.Parallel()
+	self := os.Getpid()
+	before, err := procTreeCPU(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own0, _ := procCPU(self)
+	child := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	spent := time.Duration(child.ProcessState.UserTime() + child.ProcessState.SystemTime())
+	after, err := procTreeCPU(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own1, _ := procCPU(self)
+	// The tree's growth beyond the process's own is at least the ended child's time, give
+	// or take a clock tick on each of the four readings.
+	if grew := (after - before) - (own1 - own0); grew < spent-4*time.Second/userHZ {
+		t.Fatalf("the tree grew by %v besides its own time, want the ended child's %v", grew, spent)
 	}
 }

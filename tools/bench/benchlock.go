@@ -32,6 +32,7 @@ const (
 	targetServiceRedlock   = "service/redlock"
 	targetServiceZooKeeper = "service/zookeeper"
 	targetServiceMySQL     = "service/mysql"
+	targetServicePostgres  = "service/postgres"
 	targetServiceSQLite    = "service/sqlite"
 	targetRedsync          = "redsync/redis"
 	targetRedsyncRedlock   = "redsync/redlock"
@@ -61,6 +62,7 @@ type benchConfig struct {
 	redlock    []string
 	zkAddrs    []string
 	mysqlDSN   string
+	pgURL      string
 	dataDir    string
 	sqliteSync string
 	asJSON     bool
@@ -74,7 +76,7 @@ type benchConfig struct {
 func allTargets() []string {
 	return []string{
 		targetServiceRedis, targetRedsync, targetServiceRedlock, targetRedsyncRedlock,
-		targetServiceZooKeeper, targetServiceMySQL, targetServiceSQLite,
+		targetServiceZooKeeper, targetServiceMySQL, targetServicePostgres, targetServiceSQLite,
 	}
 }
 
@@ -93,6 +95,7 @@ func benchLockFlags(fs *pflag.FlagSet) func() (benchConfig, error) {
 	redlockAddrs := fs.String("redlock-addrs", "127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382", "Redlock nodes for redsync/redlock and service/redlock")
 	zkAddrs := fs.String("zk-addrs", "127.0.0.1:2181", "ZooKeeper for service/zookeeper")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB for service/mysql")
+	postgresURLFlag(fs, &cfg.pgURL)
 	fs.StringVar(&cfg.dataDir, "data-dir", "", "SQLite directory of the service the bench starts; empty means a temporary one")
 	fs.StringVar(&cfg.sqliteSync, "sqlite-synchronous", "full", "the started service's --sqlite-synchronous: full or normal")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
@@ -348,6 +351,10 @@ func benchServeConfig(cfg benchConfig, dataDir string) serveConfig {
 	}
 	if slices.Contains(cfg.targets, targetServiceMySQL) {
 		scfg.mysqlDSN = cfg.mysqlDSN
+		scfg.lockScope = "bench"
+	}
+	if slices.Contains(cfg.targets, targetServicePostgres) {
+		scfg.pgURL = cfg.pgURL
 		scfg.lockScope = "bench"
 	}
 	return scfg

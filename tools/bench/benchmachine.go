@@ -61,6 +61,7 @@ func probeMachine(ctx context.Context, cfg benchAllConfig) [][2]string {
 	out = append(out,
 		[2]string{"Redis", redisVersion(ctx, cfg.lock.redisAddr)},
 		[2]string{"MySQL/MariaDB", mysqlVersion(ctx, cfg.lock.mysqlDSN)},
+		[2]string{"PostgreSQL", postgresVersion(ctx, cfg.lock.pgURL)},
 	)
 	if len(cfg.lock.zkAddrs) > 0 {
 		out = append(out, [2]string{"ZooKeeper", zooKeeperVersion(ctx, cfg.lock.zkAddrs[0])})
@@ -163,6 +164,22 @@ func mysqlVersion(ctx context.Context, dsn string) string {
 	defer db.Close()
 	var v string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return v
+}
+
+// postgresVersion asks the PostgreSQL at rawURL for its version.
+func postgresVersion(ctx context.Context, rawURL string) string {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	db, err := sqldb.OpenPostgres(ctx, rawURL, sqldb.PostgresConfig{MaxConns: 1})
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	defer db.Close()
+	var v string
+	if err := db.QueryRowContext(ctx, "SHOW server_version").Scan(&v); err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
 	return v

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,15 +20,16 @@ import (
 // Process names (/proc/<pid>/comm) of the backends, to tell that a pid a server reported is
 // that server on this machine and not some process of another pid namespace (a container).
 var (
-	redisComms = []string{"redis"}
-	mysqlComms = []string{"mariadbd", "mysqld"}
+	redisComms    = []string{"redis"}
+	mysqlComms    = []string{"mariadbd", "mysqld"}
+	postgresComms = []string{"postgres", "postmaster"}
 )
 
 // zooKeeperMains are the main classes of a ZooKeeper server's JVM.
 var zooKeeperMains = []string{"QuorumPeerMain", "ZooKeeperServerMain"}
 
 // backendProcs finds the processes of the backend of every target in cfg, for the CPU
-// columns: by backend ("redis", "redlock", "zookeeper", "mysql", "sqlite"), the group of
+// columns: by backend ("redis", "redlock", "zookeeper", "mysql", "postgres", "sqlite"), the group of
 // pids, none for SQLite, or unknown. A backend that cannot be found (on another machine, in a
 // container, /proc not readable) is unknown and said so on stderr, never an error.
 func backendProcs(ctx context.Context, cfg benchConfig, warn func(string)) map[string]procGroup {
@@ -35,6 +38,7 @@ func backendProcs(ctx context.Context, cfg benchConfig, warn func(string)) map[s
 		"redlock":   func(ctx context.Context) ([]int, error) { return redisPIDs(ctx, cfg.redlock) },
 		"zookeeper": func(ctx context.Context) ([]int, error) { return zooKeeperPIDs(ctx, cfg.zkAddrs) },
 		"mysql":     func(ctx context.Context) ([]int, error) { return mysqlPIDs(ctx, cfg.mysqlDSN) },
+		"postgres":  func(ctx context.Context) ([]int, error) { return postgresPIDs(ctx, cfg.pgURL) },
 	}
 	out := map[string]procGroup{}
 	for _, target := range cfg.targets {
@@ -52,7 +56,7 @@ func backendProcs(ctx context.Context, cfg benchConfig, warn func(string)) map[s
 		if err != nil {
 			warn(fmt.Sprintf("bench: cpu/pair of the %s backend unknown: %v", backend, err))
 		}
-		out[backend] = pidGroup(pids...)
+		out[backend] = procGroup{pids: pids, tree: backend == "postgres"}
 	}
 	return out
 }
@@ -124,6 +128,90 @@ func mysqlPIDs(ctx context.Context, dsn string) ([]int, error) {
 		return pids, nil
 	}
 	return nil, fmt.Errorf("mysql: %v, and %d %s processes on this machine", ferr, len(pids), strings.Join(mysqlComms, " or "))
+}
+
+// postgresPIDs returns the postmaster of the PostgreSQL server at rawURL when it runs on
+// this machine: the parent of the server process of a connection. Its group counts its
+// children too (procTreeCPU), the process of every connection among them.
+func postgresPIDs(ctx context.Context, rawURL string) ([]int, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || !isLocalAddr(ctx, u.Host) {
+		return nil, fmt.Errorf("postgres %s is not on this machine", sqldb.RedactPostgresURL(rawURL))
+	}
+	db, err := sqldb.OpenPostgres(ctx, rawURL, sqldb.PostgresConfig{MaxConns: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var backend int
+	if err := db.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	st, err := readProcStat(backend)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connection process %d: %w", backend, err)
+	}
+	if err := checkComm(st.ppid, postgresComms); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return []int{st.ppid}, nil
+}
+
+// procStat is what the CPU columns read of /proc/<pid>/stat.
+type procStat struct {
+	ppid                         int
+	utime, stime, cutime, cstime uint64 // in USER_HZ ticks
+}
+
+// readProcStat reads /proc/<pid>/stat; the command name, field 2, is in parentheses and may
+// hold spaces and parentheses itself, so the fields are counted from the last ')'.
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procStat{}, errProcStat
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3; ppid is 4, utime to cstime 14 to 17
+	if len(f) < 15 {
+		return procStat{}, errProcStat
+	}
+	var st procStat
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procStat{}, errProcStat
+	}
+	st.ppid = ppid
+	for i, p := range []*uint64{&st.utime, &st.stime, &st.cutime, &st.cstime} {
+		if *p, err = strconv.ParseUint(f[11+i], 10, 64); err != nil {
+			return procStat{}, errProcStat
+		}
+	}
+	return st, nil
+}
+
+// procTreeCPU is the CPU time of pid and its children: its own, what its ended children
+// used (cutime and cstime, which it collected when they ended) and what its living
+// children have used so far. A child that ends between two readings moves its time from
+// the living to the collected, so the sum only grows.
+func procTreeCPU(pid int) (time.Duration, error) {
+	st, err := readProcStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	ticks := st.utime + st.stime + st.cutime + st.cstime
+	err = scanProcs(func(child int) {
+		if c, err := readProcStat(child); err == nil && c.ppid == pid {
+			ticks += c.utime + c.stime
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
 // zooKeeperPIDs returns the processes of the ZooKeeper servers at addrs, which must all run

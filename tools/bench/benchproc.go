@@ -107,8 +107,9 @@ func launchService(startCtx, ctx context.Context, exe, addr string, args, env []
 }
 
 // serveArgs returns the command line of `coord serve` for the settings the bench sets in
-// scfg (see benchServeConfig), and the environment that carries the MySQL DSN, which may hold
-// a password that a command line would show to every user of the machine.
+// scfg (see benchServeConfig), and the environment that carries the MySQL DSN and the
+// PostgreSQL URL, which may hold a password that a command line would show to every user of
+// the machine.
 func serveArgs(scfg serveConfig) (args, env []string) {
 	args = []string{"serve", "--addr=" + scfg.addr, "--data-dir=" + scfg.dataDir,
 		"--log-level=" + scfg.logLevel, "--log-format=" + scfg.logFormat}
@@ -122,6 +123,9 @@ func serveArgs(scfg serveConfig) (args, env []string) {
 	}
 	if scfg.mysqlDSN != "" {
 		env = append(env, config.EnvName("mysql-dsn")+"="+scfg.mysqlDSN)
+	}
+	if scfg.pgURL != "" {
+		env = append(env, config.EnvName("postgres-url")+"="+scfg.pgURL)
 	}
 	return args, env
 }

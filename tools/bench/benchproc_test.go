@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/libs/client"
+	"github.com/coordkit/coordkit/libs/config"
 	"github.com/coordkit/coordkit/libs/testenv"
 )
 
@@ -199,4 +200,21 @@ func TestBenchLockCPUColumns(t *testing.T) {
 			t.Errorf("service process %d still runs after the bench returned", servicePID)
 		}
 	})
+}
+
+// TestServeArgsKeepSecretsOff checks that the database addresses of the service the bench
+// starts, which may hold passwords, travel in its environment, never on its command line.
+func TestServeArgsKeepSecretsOff(t *testing.T) {
+	t.Parallel()
+	args, env := serveArgs(serveConfig{addr: "127.0.0.1:0", mysqlDSN: "root:mysql-secret@tcp(h:3306)/db", pgURL: "postgres://u:pg-secret@h:5432/db"})
+	for _, a := range args {
+		if strings.Contains(a, "secret") {
+			t.Errorf("command line argument %q shows a password", a)
+		}
+	}
+	for _, want := range []string{config.EnvName("mysql-dsn") + "=root:mysql-secret@tcp(h:3306)/db", config.EnvName("postgres-url") + "=postgres://u:pg-secret@h:5432/db"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("environment %v lacks %s", env, want)
+		}
+	}
 }

@@ -42,11 +42,16 @@ type taskBenchConfig struct {
 	counts    []int
 	work      bool
 	asynq     bool
+	river     bool
 	redisAddr string
 	mysqlDSN  string
-	asynqDB   int
-	timeout   time.Duration
-	asJSON    bool
+	// postgresURL is the PostgreSQL database of the postgres backend (each run in a schema of
+	// its own, dropped afterwards) and of River (in riverSchema).
+	postgresURL string
+	riverSchema string
+	asynqDB     int
+	timeout     time.Duration
+	asJSON      bool
 	// sqliteSync is how the in-process SQLite store syncs commits (--sqlite-synchronous).
 	sqliteSync sqldb.Synchronous
 }
@@ -67,6 +72,7 @@ type taskResult struct {
 	PutPerSec   float64       `json:"put_per_sec"`
 	TasksPerSec float64       `json:"tasks_per_sec"`
 	Ratio       float64       `json:"ratio_vs_asynq,omitempty"`
+	RatioRiver  float64       `json:"ratio_vs_river,omitempty"`
 	PickP50     time.Duration `json:"pick_p50_ns"`
 	PickP99     time.Duration `json:"pick_p99_ns"`
 	Errors      int           `json:"errors"`
@@ -75,8 +81,9 @@ type taskResult struct {
 
 // benchTask implements `coordbench task`: per backend, an in-process task service on a
 // loopback port, where the workers pick (count at a time) and ack N no-op tasks put
-// beforehand, and the SDK's Work does the same; then hibiken/asynq on the same Redis as the
-// peer. It prints tasks/s, the ratio to asynq and the latency of a Pick.
+// beforehand, and the SDK's Work does the same; then hibiken/asynq on the same Redis and
+// River on the same PostgreSQL as the peers. It prints tasks/s, the ratios to asynq and
+// River and the latency of a Pick.
 func benchTask(ctx context.Context, cfg taskBenchConfig, stdout, stderr io.Writer) error {
 	results, err := measureTasks(ctx, cfg, stderr)
 	if werr := writeTaskReport(stdout, results, cfg.asJSON); werr != nil {
@@ -109,8 +116,20 @@ func measureTasks(ctx context.Context, cfg taskBenchConfig, stderr io.Writer) ([
 			results = append(results, r)
 		}
 	}
+	if cfg.river && ctx.Err() == nil {
+		r, err := benchRiver(ctx, cfg)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			results = append(results, r)
+		}
+	}
 	addAsynqRatios(results)
+	addRiverRatios(results)
 	for _, r := range results {
+		if r.RatioRiver > 0 && strings.HasSuffix(r.Target, "/postgres") {
+			fmt.Fprintf(stderr, "bench: %s count %d: %.2f× river's tasks/s\n", r.Target, r.Count, r.RatioRiver)
+		}
 		if r.Errors > 0 {
 			fmt.Fprintf(stderr, "bench: %s count %d: %d errors, first: %s\n", r.Target, r.Count, r.Errors, r.FirstError)
 		}
@@ -130,6 +149,9 @@ func benchTaskFlags(fs *pflag.FlagSet) func() (taskBenchConfig, error) {
 	fs.BoolVar(&cfg.asynq, "asynq", true, "measure hibiken/asynq on --redis-addr as the peer")
 	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis of the redis backend and of asynq")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB of the mysql backend")
+	fs.StringVar(&cfg.postgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable", "PostgreSQL of the postgres backend (a schema per run, dropped after it) and of River")
+	fs.BoolVar(&cfg.river, "river", true, "measure riverqueue/river on --postgres-url as the peer of the postgres backend")
+	fs.StringVar(&cfg.riverSchema, "river-schema", "coordkit_river", "schema River's tables live in (created and migrated when missing; the run deletes its jobs after it)")
 	fs.IntVar(&cfg.asynqDB, "asynq-db", 15, "Redis database number asynq runs in: it is FLUSHED before and after")
 	fs.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "longest a run may take")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
@@ -255,6 +277,20 @@ var taskBenchDeps = map[string]func(ctx context.Context, cfg taskBenchConfig, st
 			return err
 		})
 		deps.MySQL = db
+		return nil
+	},
+	"postgres": func(ctx context.Context, cfg taskBenchConfig, stamp string, deps *service.Deps, closers *service.Closers) error {
+		schema := "coordkit_bench_" + stamp
+		db, err := sqldb.OpenPostgres(ctx, cfg.postgresURL, sqldb.PostgresConfig{Schema: schema, MaxConns: 32})
+		if err != nil {
+			return fmt.Errorf("bench: --postgres-url: %w", err)
+		}
+		closers.Add(db.Close)
+		closers.Add(func() error { // the run's own schema, with whatever a failed run left
+			_, err := db.ExecContext(context.WithoutCancel(ctx), "DROP SCHEMA "+sqldb.QuoteIdent(schema)+" CASCADE")
+			return err
+		})
+		deps.Postgres = db
 		return nil
 	},
 }
@@ -542,12 +578,18 @@ func benchAsynq(ctx context.Context, cfg taskBenchConfig) (taskResult, error) {
 
 // addAsynqRatios sets every service and Work run's ratio: its tasks/s over asynq's.
 func addAsynqRatios(results []taskResult) {
-	i := slices.IndexFunc(results, func(r taskResult) bool { return r.Target == "asynq/redis" })
+	addRatios(results, "asynq/redis", func(r *taskResult, ratio float64) { r.Ratio = ratio })
+}
+
+// addRatios sets, with set, every run's tasks/s over that of the run of target, if any.
+func addRatios(results []taskResult, target string, set func(r *taskResult, ratio float64)) {
+	i := slices.IndexFunc(results, func(r taskResult) bool { return r.Target == target })
 	if i < 0 || results[i].TasksPerSec == 0 {
 		return
 	}
+	base := results[i].TasksPerSec
 	for j := range results {
-		results[j].Ratio = results[j].TasksPerSec / results[i].TasksPerSec
+		set(&results[j], results[j].TasksPerSec/base)
 	}
 }
 

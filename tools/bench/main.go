@@ -115,8 +115,8 @@ per backend, next to go-redsync on the same Redis nodes, at each number of clien
 
 The service runs as a child process (the --coord binary as coord serve on a loopback port), so that
 the CPU time one pair costs can be told apart: cpu/pair client (this process), service, backend
-(redis-server; the three Redlock nodes summed; mariadbd; ZooKeeper's JVM; none for SQLite,
-which lives in the service) and their total, from /proc/<pid>/stat at the start and the end
+(redis-server; the three Redlock nodes summed; mariadbd; PostgreSQL's postmaster with its
+connection processes; ZooKeeper's JVM; none for SQLite, which lives in the service) and their total, from /proc/<pid>/stat at the start and the end
 of each measured window, divided by the pairs completed in it. redsync has no service. A
 process that cannot be found (a backend on another machine or in a container, --server
 without --server-pid) shows as -. --in-process runs the service in this process instead, for

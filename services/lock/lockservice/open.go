@@ -29,8 +29,8 @@ type Config struct {
 	RedlockAddrs []string
 	// ZooKeeperAddrs is the ZooKeeper ensemble of the zookeeper backend; empty enables none.
 	ZooKeeperAddrs []string
-	// Scope namespaces this deployment's locks in the shared MySQL database; default
-	// sqllock.DefaultScope.
+	// Scope namespaces this deployment's locks in the shared MySQL and PostgreSQL
+	// databases; default sqllock.DefaultScope.
 	Scope string
 	// Default is the backend of requests that name none; default the first enabled of
 	// Backends.
@@ -41,7 +41,7 @@ type Config struct {
 
 // Backends are the lock backends, in default-backend preference: redis on Deps.Redis,
 // redlock and zookeeper on their own connections to Config's addresses, mysql on
-// Deps.MySQL, and sqlite, always, in the file locks.db in Deps.DataDir. Each is enabled by
+// Deps.MySQL, postgres on Deps.Postgres, and sqlite, always, in the file locks.db in Deps.DataDir. Each is enabled by
 // what its Flag provides.
 var Backends = []service.Backend[lock.Backend, Config]{
 	{Name: "redis", Flag: "--redis-url", Open: func(_ context.Context, deps service.Deps, _ Config) (lock.Backend, func() error, error) {
@@ -77,6 +77,16 @@ var Backends = []service.Backend[lock.Backend, Config]{
 			return nil, nil, nil
 		}
 		b, err := sqllock.New(ctx, deps.MySQL, sqllock.Config{Scope: cfg.Scope, Logger: deps.Log()})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b.Close, nil
+	}},
+	{Name: "postgres", Flag: "--postgres-url", Open: func(ctx context.Context, deps service.Deps, cfg Config) (lock.Backend, func() error, error) {
+		if deps.Postgres == nil {
+			return nil, nil, nil
+		}
+		b, err := sqllock.New(ctx, deps.Postgres, sqllock.Config{Scope: cfg.Scope, Logger: deps.Log()})
 		if err != nil {
 			return nil, nil, err
 		}

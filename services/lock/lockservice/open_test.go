@@ -30,6 +30,11 @@ func TestOpenBackends(t *testing.T) {
 		sqllock.DropScope(context.Background(), mysql.DB, scope) //nolint:errcheck // best effort
 		mysql.Close()
 	})
+	pg, err := sqldb.OpenPostgres(ctx, testenv.PostgresURL(), sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t), MaxConns: 8})
+	if err != nil {
+		t.Fatalf("open postgres (start it with deploy/dev/backends.sh up): %v", err)
+	}
+	t.Cleanup(func() { pg.Close() })
 	var nilClient *redis.Client
 	tests := []struct {
 		name         string
@@ -46,6 +51,10 @@ func TestOpenBackends(t *testing.T) {
 			backends: "mysql,sqlite", def: "mysql"},
 		{name: "default named", deps: service.Deps{MySQL: mysql}, cfg: lockservice.Config{Scope: scope, Default: "sqlite"},
 			backends: "mysql,sqlite", def: "sqlite"},
+		{name: "shared postgres", deps: service.Deps{Postgres: pg}, cfg: lockservice.Config{Scope: scope},
+			backends: "postgres,sqlite", def: "postgres"},
+		{name: "mysql before postgres", deps: service.Deps{MySQL: mysql, Postgres: pg}, cfg: lockservice.Config{Scope: scope},
+			backends: "mysql,postgres,sqlite", def: "mysql"},
 		{name: "unknown default", cfg: lockservice.Config{Default: "etcd"}, wantErrNamed: "--default-backend"},
 		// An invalid setting refused at the SQLite open shows the service passes Deps' setting.
 		{name: "sqlite synchronous from deps", deps: service.Deps{SQLiteSynchronous: "off"}, wantErrNamed: "--data-dir"},
@@ -78,8 +87,10 @@ func TestOpenBackends(t *testing.T) {
 			if err := m.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if err := mysql.PingContext(ctx); err != nil {
-				t.Fatalf("shared pool after Close: %v, want it still open", err)
+			for _, db := range []*sqldb.DB{mysql, pg} {
+				if err := db.PingContext(ctx); err != nil {
+					t.Fatalf("shared %s pool after Close: %v, want it still open", db.Dialect.Name, err)
+				}
 			}
 		})
 	}

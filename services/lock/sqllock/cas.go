@@ -54,13 +54,9 @@ func (b *Backend) casRow(ctx context.Context, key string, r, next row) (ok bool,
 
 // casExec runs the compare-and-set statement st.
 func (b *Backend) casExec(ctx context.Context, st *sql.Stmt, key string, r, next row) (bool, error) {
-	held := 0
-	if r.held() {
-		held = 1
-	}
 	res, err := st.ExecContext(ctx,
 		next.owner, next.holder, next.holds, next.token, next.expiresAt, next.ttlMs,
-		b.scope, key, r.owner, r.holder, r.holds, r.token, r.expiresAt, r.ttlMs, held)
+		b.scope, key, r.owner, r.holder, r.holds, r.token, r.expiresAt, r.ttlMs, r.held())
 	if err != nil {
 		return false, err
 	}

@@ -15,7 +15,7 @@ import (
 type engine struct {
 	name string
 	// newStore makes a fresh, isolated store on the real engine: its own SQLite file, or
-	// its own scope of the shared MariaDB.
+	// its own scope of the shared MariaDB, or its own schema of the shared PostgreSQL.
 	newStore func(t *testing.T) *store
 }
 
@@ -31,6 +31,7 @@ type store struct {
 var engines = []engine{
 	{name: "sqlite", newStore: sqliteStore},
 	{name: "mysql", newStore: mysqlStore},
+	{name: "postgres", newStore: postgresStore},
 }
 
 // forEngine runs f as a parallel subtest per engine.
@@ -80,6 +81,23 @@ func mysqlStore(t *testing.T) *store {
 		b, err := OpenMySQL(context.Background(), testenv.MySQLDSN(), c)
 		if err != nil {
 			t.Fatalf("open mysql: %v", err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}}
+}
+
+func postgresStore(t *testing.T) *store {
+	pg := sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t), MaxConns: 4}
+	raw, err := sqldb.OpenPostgres(context.Background(), testenv.PostgresURL(), pg)
+	if err != nil {
+		t.Fatalf("open postgres (start it with deploy/dev/backends.sh up): %v", err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	return &store{scope: DefaultScope, raw: raw.DB, open: func(t *testing.T, cfg ...Config) *Backend {
+		b, err := OpenPostgres(context.Background(), testenv.PostgresURL(), sqldb.PostgresConfig{Schema: pg.Schema}, firstConfig(cfg))
+		if err != nil {
+			t.Fatalf("open postgres: %v", err)
 		}
 		t.Cleanup(func() { b.Close() })
 		return b

@@ -94,6 +94,7 @@ func (b *Backend) seedFences(ctx context.Context, tx *sql.Tx, legacy bool) (crea
 		}
 		q = fmt.Appendf(q, "(?, %d, %d)", i, floor)
 	}
+	q = append(q, b.d.OnConflictIgnore...)
 	args := make([]any, FenceBuckets)
 	for i := range args {
 		args[i] = b.scope

@@ -9,7 +9,7 @@ import (
 )
 
 // Group commit. On an engine whose write transactions lock the whole database (SQLite, see
-// Dialect.InsertInTx) transactions run one at a time anyway, and each costs a BEGIN and a
+// Dialect.Serialized) transactions run one at a time anyway, and each costs a BEGIN and a
 // COMMIT of its own. There, the transactions that callers start while one is running queue
 // and then run together, as one transaction, through a batch.Coalescer: each in a savepoint
 // of its own, so one that fails (its decision, such as ErrNotOwner, or a database error) is
@@ -35,7 +35,7 @@ const savepoint = "coordkit_op"
 
 // startGroupCommit turns group commit on for engines whose writes are serialized.
 func (b *Backend) startGroupCommit() {
-	if b.d.InsertInTx {
+	if b.d.Serialized {
 		b.group = batch.New(b.runGroup, batch.Config{MaxInFlight: 1, MaxBatch: 64})
 	}
 }

@@ -77,7 +77,7 @@ const (
 	// missingFree hands fn a free row (token 0) that fn must not write back.
 	missingFree
 	// missingInsert inserts the key's placeholder row first, inside the transaction; only
-	// for engines whose write transactions lock the whole database (Dialect.InsertInTx).
+	// for engines where that cannot deadlock (Dialect.InsertInTx).
 	missingInsert
 )
 

@@ -17,8 +17,14 @@ const mysqlConns = 16
 // a crowd of waiters cannot keep Release and Renew waiting for a connection.
 func OpenMySQL(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	db, err := sqldb.OpenMySQL(ctx, dsn, mysqlConns)
-	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w", err)
+	return owning(ctx, db, err, cfg)
+}
+
+// owning returns a backend on db that owns it (Close closes it), given what opening db
+// returned; db is closed when the backend cannot start.
+func owning(ctx context.Context, db *sqldb.DB, openErr error, cfg Config) (*Backend, error) {
+	if openErr != nil {
+		return nil, fmt.Errorf("sqllock: %w", openErr)
 	}
 	b, err := New(ctx, db, cfg)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 // distinctKeys is how many per-entity keys TestFreeKeysLeaveNoRows locks on each engine:
 // 100,000 on SQLite, 5,000 under the race detector, which slows the pure-Go SQLite about
-// tenfold; 2,000 on MySQL, whose rate is the database server's commits (a few hundred key
+// tenfold; 2,000 on MySQL and PostgreSQL, whose rate is the database server's commits (a few hundred key
 // acquire+release pairs a second on a loaded dev machine). COORDKIT_TEST_SQL_KEYS overrides
 // both; the bound checked does not depend on the count.
 func distinctKeys(engine string) int {
@@ -21,7 +21,7 @@ func distinctKeys(engine string) int {
 		return n
 	}
 	switch {
-	case engine == "mysql":
+	case engine == "mysql", engine == "postgres":
 		return 2_000
 	case raceEnabled:
 		return 5_000

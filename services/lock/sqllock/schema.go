@@ -23,7 +23,7 @@ const (
 // instances start together: the one whose insert created the floors copies.
 func (b *Backend) migrate(ctx context.Context) error {
 	for _, stmt := range b.d.Schema {
-		if _, err := b.db.ExecContext(ctx, stmt); err != nil {
+		if err := b.create(ctx, stmt); err != nil {
 			return err
 		}
 	}
@@ -54,12 +54,24 @@ func (b *Backend) migrate(ctx context.Context) error {
 		q := b.d.InsertIgnore + " INTO " + leasesTable +
 			" (scope, lock_key, owner, hold_count, fencing_token, expires_at, ttl_ms)" +
 			" SELECT scope, lock_key, owner, hold_count, fencing_token, expires_at + 2, ?" +
-			" FROM " + legacyTable + " WHERE scope = ? AND owner <> '' AND expires_at > " + b.d.NowMillis
+			" FROM " + legacyTable + " WHERE scope = ? AND owner <> '' AND expires_at > " + b.d.NowMillis + b.d.OnConflictIgnore
 		if _, err := tx.ExecContext(ctx, q, lock.DefaultTTL.Milliseconds(), b.scope); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
+}
+
+// create runs one statement of the schema. Instances starting together may race to create a
+// table or index: PostgreSQL's IF NOT EXISTS checks before it creates, and the loser of the
+// race fails on the catalog's unique index once the winner commits. The object is then
+// there, and the statement run again does nothing.
+func (b *Backend) create(ctx context.Context, stmt string) error {
+	if _, err := b.db.ExecContext(ctx, stmt); err == nil {
+		return nil
+	}
+	_, err := b.db.ExecContext(ctx, stmt)
+	return err
 }
 
 // redateLeases gives every lease of the scope found at start-up its whole ttl from now, when

@@ -2,7 +2,6 @@ package sqllock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/coordkit/coordkit/libs/sqldb"
 )
@@ -12,14 +11,5 @@ import (
 // handle.
 func OpenSQLite(ctx context.Context, path string, cfg Config) (*Backend, error) {
 	db, err := sqldb.OpenSQLite(ctx, path)
-	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w", err)
-	}
-	b, err := New(ctx, db, cfg)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	b.owned = db
-	return b, nil
+	return owning(ctx, db, err, cfg)
 }

@@ -40,8 +40,10 @@
 //
 // On InnoDB, a key's row is created by an INSERT IGNORE that runs on its own, before the
 // transaction that takes it: inserting inside the transaction, after a locking read found
-// no row, would let two first-time acquirers deadlock on gap locks. (SQLite's write
-// transactions lock the whole database, so there the insert runs inside the transaction.)
+// no row, would let two first-time acquirers deadlock on gap locks. SQLite's write
+// transactions lock the whole database, and PostgreSQL takes no gap locks (see the Postgres
+// dialect), so there the insert (INSERT … ON CONFLICT DO NOTHING on PostgreSQL) runs inside
+// the transaction, before it locks anything else.
 // The other locks are taken in one order everywhere: key rows before fence rows, several key
 // rows (the janitor) in key order in one statement, several fence rows in bucket order in
 // one statement. The one cycle left is InnoDB's own: a freshly deleted row stays as a
@@ -162,7 +164,7 @@ func orDefault(d, def time.Duration) time.Duration {
 
 // New creates the schema and this scope's fence floors if needed (migrating a scope of the
 // single-table layout, see the package doc) and returns a backend on db whose locks live in
-// cfg.Scope, in the lock dialect of db's engine (SQLite or MySQL). Its janitor runs until
+// cfg.Scope, in the lock dialect of db's engine (SQLite, MySQL or PostgreSQL). Its janitor runs until
 // Close. The caller keeps ownership of db, which other services may share: see the package
 // doc for how many TryAcquires run on its pool at once.
 func New(ctx context.Context, db *sqldb.DB, cfg Config) (*Backend, error) {

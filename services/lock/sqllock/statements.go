@@ -32,7 +32,7 @@ func (s *statements) prepare(ctx context.Context, db *sql.DB, d Dialect) error {
 		{&s.lockRow, cols + d.ForUpdate},
 		// A placeholder: free, reclaimable once its keep-free period has passed (an acquire
 		// that stopped between creating the row and taking it leaves it behind).
-		{&s.insertRow, d.InsertIgnore + " INTO " + leasesTable + " (scope, lock_key, expires_at) VALUES (?, ?, " + d.NowMillis + " + ?)"},
+		{&s.insertRow, d.InsertIgnore + " INTO " + leasesTable + " (scope, lock_key, expires_at) VALUES (?, ?, " + d.NowMillis + " + ?)" + d.OnConflictIgnore},
 		{&s.update, "UPDATE " + leasesTable + " SET owner = ?, holder_id = ?, hold_count = ?, fencing_token = ?, expires_at = ?, ttl_ms = ?" +
 			" WHERE scope = ? AND lock_key = ?"},
 		// cas.go: the row as read, and its lease as live (or lapsed) as read.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/coordkit/coordkit/libs/sqldb"
-	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"
 )
@@ -19,17 +18,16 @@ import (
 // requeues and puts. InnoDB picks deadlock victims among them all the time (a pick locks
 // index entries in the opposite order of an ack), and each victim must run again: no call may
 // fail with anything but the answers its race allows (stale lease, not found).
-func TestRacingWritersOnMySQL(t *testing.T) {
+func TestRacingWritersOnMySQL(t *testing.T) { racingWriters(t, openEngine(t, "mysql", 16)) }
+
+// TestRacingWritersOnPostgres is the same race on PostgreSQL, where requeues and finishes of
+// one task also wait on each other's row locks.
+func TestRacingWritersOnPostgres(t *testing.T) { racingWriters(t, openEngine(t, "postgres", 16)) }
+
+func racingWriters(t *testing.T, db *sqldb.DB) {
 	ctx := context.Background()
-	db, err := sqldb.OpenMySQL(ctx, testenv.MySQLDSN(), 16)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pool := fmt.Sprintf("deadlocks-%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		db.Exec("DELETE FROM coordkit_tasks WHERE pool = ?", pool)
-		db.Close()
-	})
+	t.Cleanup(func() { db.Exec("DELETE FROM coordkit_tasks WHERE pool = ?", pool) })
 	b, err := sqltask.New(ctx, db, sqltask.Config{Retention: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func (b *Backend) Extend(ctx context.Context, pool, id string, lease taskpick.Le
 // what it made of the task.
 func (b *Backend) Nack(ctx context.Context, pool, id string, lease taskpick.Lease, retryAfter time.Duration, reason string) (bool, error) {
 	err := b.leaseWrite(ctx, pool, id, lease, false, func() (sql.Result, error) {
-		return b.st.nack.ExecContext(ctx, reason, randomPosition(), ceilMillis(retryAfter), pool, id, storedToken(lease.Token), lease.Digest)
+		return b.st.nack.ExecContext(ctx, b.errorText(reason), randomPosition(), ceilMillis(retryAfter), pool, id, storedToken(lease.Token), lease.Digest)
 	})
 	if err != nil {
 		return false, err

@@ -21,16 +21,15 @@ import (
 // a fresh pool and picks it at once, beside pickers of an empty pool that sorts right before
 // it, and a sweeper. Before takeSkipped, more than half of these picks came back empty.
 func TestPickFindsATaskBesideBusyPools(t *testing.T) {
-	ctx := context.Background()
-	db, err := sqldb.OpenMySQL(ctx, testenv.MySQLDSN(), 32)
-	if err != nil {
-		t.Fatal(err)
+	for _, engine := range rowLockEngines {
+		t.Run(engine, func(t *testing.T) { pickBesideBusyPools(t, openEngine(t, engine, 32)) })
 	}
+}
+
+func pickBesideBusyPools(t *testing.T, db *sqldb.DB) {
+	ctx := context.Background()
 	prefix := testenv.Prefix(t)
-	t.Cleanup(func() {
-		db.Exec("DELETE FROM coordkit_tasks WHERE pool >= ? AND pool < ?", prefix, prefix+"~")
-		db.Close()
-	})
+	t.Cleanup(func() { db.Exec("DELETE FROM coordkit_tasks WHERE pool >= ? AND pool < ?", prefix, prefix+"~") })
 	b, err := sqltask.New(ctx, db, sqltask.Config{})
 	if err != nil {
 		t.Fatal(err)

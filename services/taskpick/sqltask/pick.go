@@ -45,8 +45,12 @@ const leaseSet = " SET state = 2, attempt = attempt + 1, run_at = ?, token = CAS
 // pickers take disjoint tasks without waiting; when that read skipped due tasks and found
 // fewer than asked, the pick runs again taking those first, see takeSkipped; on SQLite the IMMEDIATE transaction holds the
 // whole file), then leases the ones it keeps with one UPDATE. The tasks come back in the
-// order they were read: pick order.
+// order they were read: pick order. On PostgreSQL the whole pick is one statement
+// (pickStatement).
 func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
+	if b.oneStatementPick() {
+		return b.pickInOneStatement(ctx, pool, spec)
+	}
 	var out taskpick.Picked
 	var now int64
 	// Statements are prepared before the transaction: preparing takes a connection of its

@@ -1,5 +1,6 @@
-// Package sqltask is the task-pick backend on a SQL database: MySQL 8 / MariaDB 10.6+ for
-// instances on several machines, and the embedded SQLite file for the zero-setup default.
+// Package sqltask is the task-pick backend on a SQL database: MySQL 8 / MariaDB 10.6+ or
+// PostgreSQL 13+ for instances on several machines, and the embedded SQLite file for the
+// zero-setup default.
 //
 // One table, coordkit_tasks, holds every task of every pool, one row per task: its state
 // (available, leased, dead, done), priority, a random position (rnd, for ORDER_RANDOM), run_at
@@ -18,7 +19,7 @@
 // read skipped due tasks and found fewer than n runs again, first locking those by primary
 // key, waiting, since InnoDB's range reads also lock the next pool's first task), then one
 // UPDATE that leases them, each with the digest of its lease's secret (lease_hash); the tasks are
-// answered in the order read. Ack, Extend and Nack are single statements whose WHERE checks
+// answered in the order read. On PostgreSQL the pick is one statement (pickstatement.go). Ack, Extend and Nack are single statements whose WHERE checks
 // the token, the digest and that the lease has not ended, so a stale worker, or one that only
 // knows the token, changes nothing. The sweep recovers expired leases with the same locking select, so
 // two instances sweeping at once take disjoint rows and never recover one lease twice.
@@ -166,6 +167,15 @@ func ceilMillis(d time.Duration) int64 {
 
 // randomPosition is a task's place in ORDER_RANDOM, drawn anew whenever it becomes available.
 func randomPosition() int64 { return int64(rand.Uint32()) }
+
+// errorText is a task's last error as the last_error column takes it: PostgreSQL keeps it
+// as BYTEA, since a reason may hold NUL, which its TEXT cannot.
+func (b *Backend) errorText(s string) any {
+	if b.d.Name == "postgres" {
+		return []byte(s)
+	}
+	return s
+}
 
 // fromMillis converts the database clock to a time.
 func fromMillis(ms int64) time.Time { return time.UnixMilli(ms) }

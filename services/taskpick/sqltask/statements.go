@@ -40,7 +40,7 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 	}{
 		{&s.now, "SELECT " + now},
 		{&s.insert, d.InsertIgnore + " INTO " + table +
-			" (pool, id, state, neg_priority, rnd, run_at, token, max_attempts, payload) VALUES (?, ?, " + avail + ", ?, ?, ?, ?, ?, ?)"},
+			" (pool, id, state, neg_priority, rnd, run_at, token, max_attempts, payload) VALUES (?, ?, " + avail + ", ?, ?, ?, ?, ?, ?)" + d.OnConflictIgnore},
 		{&s.ack, ack},
 		{&s.extend, "UPDATE " + table + " SET run_at = " + now + " + 1 + ?" + leaseCheck(now)},
 		// The last attempt dies; any other is available again after retry_after.
@@ -50,12 +50,13 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 		{&s.lookup, "SELECT state, token, lease_hash, run_at, " + now + " FROM " + table + " WHERE pool = ? AND id = ?"},
 		{&s.nextDue, "SELECT MIN(run_at) FROM " + table + " WHERE pool = ? AND state = " + avail + " AND run_at > ?"},
 		{&s.get, "SELECT " + taskCols + ", " + now + " FROM " + table + " WHERE pool = ? AND id = ?"},
+		// COUNT, not SUM: PostgreSQL sums BIGINTs as NUMERIC.
 		{&s.stats, "SELECT " +
-			"COALESCE(SUM(CASE WHEN state = " + avail + " AND run_at <= n THEN 1 ELSE 0 END), 0), " +
-			"COALESCE(SUM(CASE WHEN state = " + avail + " AND run_at > n THEN 1 ELSE 0 END), 0), " +
-			"COALESCE(SUM(CASE WHEN state = " + leased + " THEN 1 ELSE 0 END), 0), " +
-			"COALESCE(SUM(CASE WHEN state = " + dead + " THEN 1 ELSE 0 END), 0), " +
-			"COALESCE(SUM(CASE WHEN state = " + done + " THEN 1 ELSE 0 END), 0), " +
+			"COUNT(CASE WHEN state = " + avail + " AND run_at <= n THEN 1 END), " +
+			"COUNT(CASE WHEN state = " + avail + " AND run_at > n THEN 1 END), " +
+			"COUNT(CASE WHEN state = " + leased + " THEN 1 END), " +
+			"COUNT(CASE WHEN state = " + dead + " THEN 1 END), " +
+			"COUNT(CASE WHEN state = " + done + " THEN 1 END), " +
 			"COALESCE(MIN(CASE WHEN state = " + avail + " AND run_at <= n THEN run_at END), 0), MAX(n) " +
 			"FROM (SELECT " + now + " AS n) clock LEFT JOIN " + table + " ON pool = ?"},
 		{&s.requeue, "UPDATE " + table + " SET state = " + avail + ", attempt = 0, failures = 0, recoveries = 0, last_error = '', rnd = ?, run_at = ?" +

@@ -63,7 +63,7 @@ func (b *Backend) Sweep(ctx context.Context, limit int) ([]taskpick.Recovered, e
 		if len(dead) > 0 {
 			if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET state = "+strconv.Itoa(stDead)+
 				", recoveries = recoveries + 1, run_at = ?, last_error = ? WHERE seq IN ("+placeholders(len(dead))+")",
-				append([]any{now, expiredMsg}, dead...)...); err != nil {
+				append([]any{now, b.errorText(expiredMsg)}, dead...)...); err != nil {
 				return err
 			}
 		}
@@ -88,7 +88,7 @@ func (b *Backend) Sweep(ctx context.Context, limit int) ([]taskpick.Recovered, e
 func (b *Backend) purgeDone(ctx context.Context, limit int) error {
 	cond := " WHERE state = " + strconv.Itoa(stDone) + " AND run_at <= " + b.d.NowMillis
 	q := "DELETE FROM " + table + cond + " LIMIT ?"
-	if b.d.Name == "sqlite" { // DELETE … LIMIT is a compile-time option there
+	if b.d.Name != "mysql" { // SQLite has DELETE … LIMIT only as a compile-time option, PostgreSQL not at all
 		q = "DELETE FROM " + table + " WHERE seq IN (SELECT seq FROM " + table + cond + " LIMIT ?)"
 	}
 	return b.d.Retry(ctx, func() error {
@@ -99,8 +99,11 @@ func (b *Backend) purgeDone(ctx context.Context, limit int) error {
 
 // randomExpr draws a new random position per row.
 func (b *Backend) randomExpr() string {
-	if b.d.Name == "sqlite" {
+	switch b.d.Name {
+	case "sqlite":
 		return "(random() & 4294967295)"
+	case "postgres":
+		return "FLOOR(random() * 4294967296)::BIGINT"
 	}
 	return "FLOOR(RAND() * 4294967296)"
 }

@@ -33,7 +33,8 @@ type Config struct {
 }
 
 // Backends are the task backends, in default-backend preference: redis on Deps.Redis,
-// mysql on Deps.MySQL, and sqlite, always, in the file tasks.db in Deps.DataDir.
+// mysql on Deps.MySQL, postgres on Deps.Postgres, and sqlite, always, in the file tasks.db
+// in Deps.DataDir.
 var Backends = []service.Backend[taskpick.Backend, Config]{
 	{Name: "redis", Flag: "--redis-url", Open: func(_ context.Context, deps service.Deps, cfg Config) (taskpick.Backend, func() error, error) {
 		rdb := deps.RedisClient()
@@ -48,6 +49,16 @@ var Backends = []service.Backend[taskpick.Backend, Config]{
 			return nil, nil, nil
 		}
 		b, err := sqltask.New(ctx, deps.MySQL, sqltask.Config{Retention: cfg.Retention})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b.Close, nil
+	}},
+	{Name: "postgres", Flag: "--postgres-url", Open: func(ctx context.Context, deps service.Deps, cfg Config) (taskpick.Backend, func() error, error) {
+		if deps.Postgres == nil {
+			return nil, nil, nil
+		}
+		b, err := sqltask.New(ctx, deps.Postgres, sqltask.Config{Retention: cfg.Retention})
 		if err != nil {
 			return nil, nil, err
 		}
