@@ -56,7 +56,7 @@ func TestPostgresSchemaFile(t *testing.T) {
 		t.Fatal(err)
 	case string(raw) != want:
 		t.Fatalf("%s is not what the services create; run COORDKIT_UPDATE_DOCS=1 go test -run TestPostgresSchemaFile . in cmd/coord\n%s",
-			pgSchemaPath, lineDiff(string(raw), want))
+			pgSchemaPath, strings.Replace(lineDiff(string(raw), want), "--- docs/cli.md", "--- "+pgSchemaPath, 1))
 	}
 
 	// A DBA's schema, made from the file: coord serves on it and creates nothing more.

@@ -198,7 +198,7 @@ CREATE INDEX coordkit_lock_waiters_line ON coordkit.coordkit_lock_waiters USING 
 -- Name: coordkit_tasks_fifo; Type: INDEX; Schema: coordkit; Owner: -
 --
 
-CREATE INDEX coordkit_tasks_fifo ON coordkit.coordkit_tasks USING btree (pool, state, run_at, seq);
+CREATE INDEX coordkit_tasks_fifo ON coordkit.coordkit_tasks USING btree (pool, state, run_at, seq) WHERE (seq > 0);
 
 --
 -- Name: coordkit_tasks_id; Type: INDEX; Schema: coordkit; Owner: -
@@ -210,13 +210,13 @@ CREATE UNIQUE INDEX coordkit_tasks_id ON coordkit.coordkit_tasks USING btree (po
 -- Name: coordkit_tasks_priority; Type: INDEX; Schema: coordkit; Owner: -
 --
 
-CREATE INDEX coordkit_tasks_priority ON coordkit.coordkit_tasks USING btree (pool, state, neg_priority, run_at, seq);
+CREATE INDEX coordkit_tasks_priority ON coordkit.coordkit_tasks USING btree (pool, state, neg_priority, run_at, seq) WHERE (neg_priority > '-9223372036854775808'::bigint);
 
 --
 -- Name: coordkit_tasks_random; Type: INDEX; Schema: coordkit; Owner: -
 --
 
-CREATE INDEX coordkit_tasks_random ON coordkit.coordkit_tasks USING btree (pool, state, rnd);
+CREATE INDEX coordkit_tasks_random ON coordkit.coordkit_tasks USING btree (pool, state, rnd) WHERE (rnd >= 0);
 
 --
 -- Name: coordkit_tasks_sweep; Type: INDEX; Schema: coordkit; Owner: -
