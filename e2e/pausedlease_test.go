@@ -59,7 +59,7 @@ func TestPausedHolderLearnsFirst(t *testing.T) {
 	t.Parallel()
 	backends := []string{"redis", "redlock", "zookeeper", "mysql", "postgres", "sqlite"}
 	in := startInstance(t, "coord-1", "--nats-url", testenv.NATSURL(), "--mysql-dsn", testenv.MySQLDSN(),
-		"--postgres-url", testenv.PostgresURL(), "--postgres-schema", testenv.PostgresSchema(t),
+		"--postgres-url", testenv.PostgresURL(), "--postgres-schema", testenv.PostgresSchema(t), "--id-store", "mysql",
 		"--redis-addr", testenv.RedisAddr(), "--redlock-addrs", strings.Join(testenv.RedlockAddrs(), ","),
 		"--zk-addrs", strings.Join(testenv.ZooKeeperAddrs(), ","))
 	prefix := testenv.Prefix(t)

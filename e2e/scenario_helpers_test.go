@@ -32,7 +32,8 @@ func backendArgs(t testing.TB, name string) []string {
 		args = append(args, "--zk-addrs", strings.Join(testenv.ZooKeeperAddrs(), ","))
 	case "mysql":
 	case "postgres":
-		args = append(args, "--postgres-url", testenv.PostgresURL(), "--postgres-schema", testenv.PostgresSchema(t))
+		args = append(args, "--postgres-url", testenv.PostgresURL(), "--postgres-schema", testenv.PostgresSchema(t),
+			"--id-store", "mysql")
 	default:
 		t.Fatalf("e2e: no serve flags for backend %q", name)
 	}
