@@ -186,3 +186,33 @@ func TestPostgresPasswordNeverShown(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresPlaceholdersBesideOddLexemes runs statements whose ? placeholders follow a
+// lexeme that hides a quote, a comment's end or a dollar sign: an escape string (E'…', where
+// \' is a quote inside it), a nested block comment, and an identifier holding $ (PostgreSQL
+// allows it after the first character). Each ? outside them must become the next $n, and
+// none inside them.
+func TestPostgresPlaceholdersBesideOddLexemes(t *testing.T) {
+	db := openPostgres(t, sqldb.PostgresConfig{})
+	for _, tc := range []struct {
+		name, query, want string
+	}{
+		{"escape string", `SELECT E'it\'s ?' || ?::text`, "it's ?x"},
+		{"escaped quote at the end", `SELECT E'?\'' || ?::text`, "?'x"},
+		{"escaped backslash", `SELECT e'\\' || ?::text`, `\x`},
+		{"doubled quote in an escape string", `SELECT E'a''?' || ?::text`, "a'?x"},
+		{"nested comment", "SELECT /* a /* b */ ? */ ?::text", "x"},
+		{"identifier with dollars", "SELECT a$b$ FROM (SELECT ?::text AS a$b$) t", "x"},
+		{"dollar quote after an identifier", "SELECT x$ || $q$?$q$ || ?::text FROM (SELECT 'w' AS x$) t", "w?x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got string
+			if err := db.QueryRowContext(context.Background(), tc.query, "x").Scan(&got); err != nil {
+				t.Fatalf("%s (numbered %q): %v", tc.query, sqldb.Numbered(tc.query), err)
+			}
+			if got != tc.want {
+				t.Fatalf("%s = %q, want %q", tc.query, got, tc.want)
+			}
+		})
+	}
+}
