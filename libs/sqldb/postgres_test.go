@@ -173,6 +173,9 @@ func TestPostgresPasswordNeverShown(t *testing.T) {
 		"postgres://coord@127.0.0.1:1/coordkit?password=s3cretpw&sslmode=disable&connect_timeout=1",
 		"host=127.0.0.1 port=1 user=coord password=s3cretpw dbname=coordkit sslmode=disable connect_timeout=1",
 		"postgres://coord:s3cretpw@127.0.0.1:1/coordkit?sslmode=bogus",
+		// The password of the client's key file: as secret as the user's.
+		"postgres://coord@127.0.0.1:1/coordkit?sslpassword=s3cretpw&sslmode=disable&connect_timeout=1",
+		"postgres://coord@127.0.0.1:1/coordkit?sslpassword=s3cretpw&sslmode=bogus",
 	} {
 		_, err := sqldb.OpenPostgres(context.Background(), raw, sqldb.PostgresConfig{})
 		if err == nil {
