@@ -133,7 +133,8 @@ func createSchema(ctx context.Context, db *sql.DB, schema string) error {
 // end the statement).
 func QuoteIdent(name string) string { return pgx.Identifier{name}.Sanitize() }
 
-// RedactPostgresURL is rawURL with its password replaced by "xxxxx", for logs and errors.
+// RedactPostgresURL is rawURL with its passwords replaced by "xxxxx", for logs and errors:
+// the user's, in the userinfo or the query, and the client key's (sslpassword).
 func RedactPostgresURL(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
@@ -146,9 +147,11 @@ func RedactPostgresURL(rawURL string) string {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
+	for _, secret := range []string{"password", "sslpassword"} {
+		if q.Has(secret) {
+			q.Set(secret, "xxxxx")
+			u.RawQuery = q.Encode()
+		}
 	}
 	return u.String()
 }
