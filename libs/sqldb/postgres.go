@@ -54,7 +54,12 @@ type PostgresConfig struct {
 	// MaxConns bounds the pool; default 32.
 	MaxConns int
 	// StatementTimeout bounds every statement on the server (statement_timeout); default
-	// 10s, unless the URL sets it (options=-c%20statement_timeout=…).
+	// 10s, unless the URL sets it (options=-c%20statement_timeout=…). It also bounds how
+	// long a session may sit idle inside a transaction (idle_in_transaction_session_timeout,
+	// unless the URL sets it): the server then ends the session, and the row locks of a
+	// client that went silent mid-transaction (a partition, a host that lost power) are
+	// freed instead of staying until TCP keepalive notices, hours later. No transaction of
+	// coordkit's waits between its statements for longer than a statement may run.
 	StatementTimeout time.Duration
 }
 
@@ -89,8 +94,10 @@ func OpenPostgres(ctx context.Context, rawURL string, cfg PostgresConfig) (*DB, 
 	if !hasParam(rawURL, "connect_timeout") {
 		pc.ConnectTimeout = 2 * time.Second
 	}
-	if _, ok := pc.RuntimeParams["statement_timeout"]; !ok && !strings.Contains(pc.RuntimeParams["options"], "statement_timeout") {
-		pc.RuntimeParams["statement_timeout"] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
+	for _, param := range []string{"statement_timeout", "idle_in_transaction_session_timeout"} {
+		if _, ok := pc.RuntimeParams[param]; !ok && !strings.Contains(pc.RuntimeParams["options"], param) {
+			pc.RuntimeParams[param] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
+		}
 	}
 	pc.RuntimeParams["search_path"] = QuoteIdent(cfg.Schema)
 	if _, ok := pc.RuntimeParams["application_name"]; !ok {

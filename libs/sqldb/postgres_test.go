@@ -219,3 +219,42 @@ func TestPostgresPlaceholdersBesideOddLexemes(t *testing.T) {
 		})
 	}
 }
+
+// TestPostgresSessionTimeouts reads the timeouts a session of OpenPostgres runs with: the
+// configured statement timeout bounds statements and idle time inside a transaction, unless
+// the URL sets either.
+func TestPostgresSessionTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name, query          string
+		statement, idleInTx string
+	}{
+		{"default", "", "10s", "10s"},
+		{"url sets statement_timeout", "statement_timeout=0", "0", "1500ms"},
+		{"url options set both", "options=-c%20statement_timeout%3D3s%20-c%20idle_in_transaction_session_timeout%3D0", "3s", "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t)}
+			if tc.name != "default" {
+				cfg.StatementTimeout = 1500 * time.Millisecond
+			}
+			raw := testenv.PostgresURL()
+			if tc.query != "" && strings.Contains(raw, "?") {
+				raw += "&" + tc.query
+			} else if tc.query != "" {
+				raw += "?" + tc.query
+			}
+			db, err := sqldb.OpenPostgres(context.Background(), raw, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var statement, idleInTx string
+			if err := db.QueryRowContext(context.Background(), "SELECT current_setting('statement_timeout'), current_setting('idle_in_transaction_session_timeout')").Scan(&statement, &idleInTx); err != nil {
+				t.Fatal(err)
+			}
+			if statement != tc.statement || idleInTx != tc.idleInTx {
+				t.Fatalf("statement_timeout %s, idle_in_transaction_session_timeout %s; want %s and %s", statement, idleInTx, tc.statement, tc.idleInTx)
+			}
+		})
+	}
+}
