@@ -20,8 +20,11 @@ import (
 // Keys are TEXT in the "C" collation: it compares byte by byte, so no two different keys
 // are one (every key is valid UTF-8 without NUL, which the services check at the edge, and
 // TEXT could hold no other). The clock is clock_timestamp(), the server's time when the
-// expression is evaluated (not the transaction's start, as now() would be): a statement
-// that waited on a row lock reads the time after the wait.
+// expression is evaluated (not the transaction's start, as now() would be). A SELECT … FOR
+// UPDATE evaluates its columns before it waits for a row lock, and again after the wait
+// only when the row changed meanwhile: a clock it reads may be from before the wait, so a
+// lease's reported end must be measured from before the statement was sent (the services
+// measure it from before the call).
 var Postgres = Dialect{
 	Name:             "postgres",
 	Key:              `TEXT COLLATE "C"`,
