@@ -225,7 +225,7 @@ func TestPostgresPlaceholdersBesideOddLexemes(t *testing.T) {
 // the URL sets either.
 func TestPostgresSessionTimeouts(t *testing.T) {
 	for _, tc := range []struct {
-		name, query          string
+		name, query         string
 		statement, idleInTx string
 	}{
 		{"default", "", "10s", "10s"},
