@@ -9,7 +9,10 @@ import (
 
 // Numbered rewrites a statement written with ? placeholders (MySQL's and SQLite's) into
 // PostgreSQL's numbered ones: the n-th ? outside quotes and comments becomes $n. A ? in a
-// '…' string, a "…" identifier, a $tag$…$tag$ string or a comment is left alone.
+// '…' string, an E'…' escape string (where \' is a quote inside it), a "…" identifier, a
+// $tag$…$tag$ string or a comment (block comments nest) is left alone; a $ inside an
+// identifier (a$b) starts no $tag$ string. PostgreSQL's own ? operators (jsonb's) cannot be
+// written: every ? outside those is a placeholder.
 func Numbered(query string) string {
 	if strings.IndexByte(query, '?') < 0 {
 		return query
@@ -24,6 +27,15 @@ func Numbered(query string) string {
 			n++
 			b.WriteByte('$')
 			b.WriteString(strconv.Itoa(n))
+			continue
+		case c == '\'' && escapeStringAt(query, i):
+			end := escapeStringEnd(query[i+1:])
+			if end < 0 {
+				b.WriteString(query[i:])
+				return b.String()
+			}
+			b.WriteString(query[i : i+end+2])
+			i += end + 1
 			continue
 		case c == '\'' || c == '"':
 			end := strings.IndexByte(query[i+1:], c)
@@ -45,15 +57,15 @@ func Numbered(query string) string {
 			i += end
 			continue
 		case c == '/' && i+1 < len(query) && query[i+1] == '*':
-			end := strings.Index(query[i+2:], "*/")
+			end := blockCommentEnd(query[i:])
 			if end < 0 {
 				b.WriteString(query[i:])
 				return b.String()
 			}
-			b.WriteString(query[i : i+end+4])
-			i += end + 3
+			b.WriteString(query[i : i+end])
+			i += end - 1
 			continue
-		case c == '$':
+		case c == '$' && (i == 0 || !identByte(query[i-1])):
 			if tag, ok := dollarTag(query[i:]); ok {
 				end := strings.Index(query[i+len(tag):], tag)
 				if end < 0 {
@@ -68,6 +80,57 @@ func Numbered(query string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// escapeStringAt says whether the quote at query[i] opens an escape string: E'…' or e'…',
+// where the E is not the end of a longer word.
+func escapeStringAt(query string, i int) bool {
+	return i > 0 && (query[i-1] == 'E' || query[i-1] == 'e') && (i < 2 || !identByte(query[i-2]))
+}
+
+// escapeStringEnd is the index in s, the text after an escape string's opening quote, of its
+// closing quote, or -1: a backslash escapes the byte after it, and a doubled quote is one
+// quote inside.
+func escapeStringEnd(s string) int {
+	for j := 0; j < len(s); j++ {
+		switch s[j] {
+		case '\\':
+			j++
+		case '\'':
+			if j+1 < len(s) && s[j+1] == '\'' {
+				j++
+				continue
+			}
+			return j
+		}
+	}
+	return -1
+}
+
+// blockCommentEnd is the index just past the end of the block comment that starts s, or -1
+// when it does not end: PostgreSQL's block comments nest.
+func blockCommentEnd(s string) int {
+	depth := 0
+	for j := 0; j+1 < len(s); j++ {
+		switch {
+		case s[j] == '/' && s[j+1] == '*':
+			depth++
+			j++
+		case s[j] == '*' && s[j+1] == '/':
+			depth--
+			j++
+			if depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return -1
+}
+
+// identByte says whether c may continue an identifier or keyword: a letter, a digit, _, $,
+// or a byte of a multi-byte UTF-8 character.
+func identByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
 }
 
 // dollarTag is the $tag$ that starts s, if s starts a dollar-quoted string.

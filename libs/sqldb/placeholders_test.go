@@ -19,6 +19,14 @@ func TestNumbered(t *testing.T) {
 		{"SELECT ? -- open ?", "SELECT $1 -- open ?"},
 		{"SELECT ?/* open ?", "SELECT $1/* open ?"},
 		{"VALUES " + "(?, ?), (?, ?), (?, ?), (?, ?), (?, ?), (?, ?)", "VALUES ($1, $2), ($3, $4), ($5, $6), ($7, $8), ($9, $10), ($11, $12)"},
+		{`SELECT E'it\'s ?', ?`, `SELECT E'it\'s ?', $1`},
+		{`SELECT e'\\', ?`, `SELECT e'\\', $1`},
+		{`SELECT E'a''?', ?`, `SELECT E'a''?', $1`},
+		{`SELECT TYPE'?', ?`, `SELECT TYPE'?', $1`},
+		{"SELECT /* a /* b */ ? */ ?", "SELECT /* a /* b */ ? */ $1"},
+		{"SELECT ? /* open /* ? */ ?", "SELECT $1 /* open /* ? */ ?"},
+		{"SELECT a$b$, ?, c$b$", "SELECT a$b$, $1, c$b$"},
+		{"SELECT x$ || $q$?$q$ || ?", "SELECT x$ || $q$?$q$ || $1"},
 	} {
 		if got := Numbered(tc.in); got != tc.want {
 			t.Errorf("Numbered(%q) = %q, want %q", tc.in, got, tc.want)

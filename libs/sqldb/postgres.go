@@ -20,8 +20,11 @@ import (
 // Keys are TEXT in the "C" collation: it compares byte by byte, so no two different keys
 // are one (every key is valid UTF-8 without NUL, which the services check at the edge, and
 // TEXT could hold no other). The clock is clock_timestamp(), the server's time when the
-// expression is evaluated (not the transaction's start, as now() would be): a statement
-// that waited on a row lock reads the time after the wait.
+// expression is evaluated (not the transaction's start, as now() would be). A SELECT … FOR
+// UPDATE evaluates its columns before it waits for a row lock, and again after the wait
+// only when the row changed meanwhile: a clock it reads may be from before the wait, so a
+// lease's reported end must be measured from before the statement was sent (the services
+// measure it from before the call).
 var Postgres = Dialect{
 	Name:             "postgres",
 	Key:              `TEXT COLLATE "C"`,
@@ -54,7 +57,12 @@ type PostgresConfig struct {
 	// MaxConns bounds the pool; default 32.
 	MaxConns int
 	// StatementTimeout bounds every statement on the server (statement_timeout); default
-	// 10s, unless the URL sets it (options=-c%20statement_timeout=…).
+	// 10s, unless the URL sets it (options=-c%20statement_timeout=…). It also bounds how
+	// long a session may sit idle inside a transaction (idle_in_transaction_session_timeout,
+	// unless the URL sets it): the server then ends the session, and the row locks of a
+	// client that went silent mid-transaction (a partition, a host that lost power) are
+	// freed instead of staying until TCP keepalive notices, hours later. No transaction of
+	// coordkit's waits between its statements for longer than a statement may run.
 	StatementTimeout time.Duration
 }
 
@@ -89,8 +97,10 @@ func OpenPostgres(ctx context.Context, rawURL string, cfg PostgresConfig) (*DB, 
 	if !hasParam(rawURL, "connect_timeout") {
 		pc.ConnectTimeout = 2 * time.Second
 	}
-	if _, ok := pc.RuntimeParams["statement_timeout"]; !ok && !strings.Contains(pc.RuntimeParams["options"], "statement_timeout") {
-		pc.RuntimeParams["statement_timeout"] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
+	for _, param := range []string{"statement_timeout", "idle_in_transaction_session_timeout"} {
+		if _, ok := pc.RuntimeParams[param]; !ok && !strings.Contains(pc.RuntimeParams["options"], param) {
+			pc.RuntimeParams[param] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
+		}
 	}
 	pc.RuntimeParams["search_path"] = QuoteIdent(cfg.Schema)
 	if _, ok := pc.RuntimeParams["application_name"]; !ok {
@@ -133,7 +143,8 @@ func createSchema(ctx context.Context, db *sql.DB, schema string) error {
 // end the statement).
 func QuoteIdent(name string) string { return pgx.Identifier{name}.Sanitize() }
 
-// RedactPostgresURL is rawURL with its password replaced by "xxxxx", for logs and errors.
+// RedactPostgresURL is rawURL with its passwords replaced by "xxxxx", for logs and errors:
+// the user's, in the userinfo or the query, and the client key's (sslpassword).
 func RedactPostgresURL(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
@@ -146,9 +157,11 @@ func RedactPostgresURL(rawURL string) string {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
+	for _, secret := range []string{"password", "sslpassword"} {
+		if q.Has(secret) {
+			q.Set(secret, "xxxxx")
+			u.RawQuery = q.Encode()
+		}
 	}
 	return u.String()
 }

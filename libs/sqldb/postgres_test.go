@@ -173,6 +173,9 @@ func TestPostgresPasswordNeverShown(t *testing.T) {
 		"postgres://coord@127.0.0.1:1/coordkit?password=s3cretpw&sslmode=disable&connect_timeout=1",
 		"host=127.0.0.1 port=1 user=coord password=s3cretpw dbname=coordkit sslmode=disable connect_timeout=1",
 		"postgres://coord:s3cretpw@127.0.0.1:1/coordkit?sslmode=bogus",
+		// The password of the client's key file: as secret as the user's.
+		"postgres://coord@127.0.0.1:1/coordkit?sslpassword=s3cretpw&sslmode=disable&connect_timeout=1",
+		"postgres://coord@127.0.0.1:1/coordkit?sslpassword=s3cretpw&sslmode=bogus",
 	} {
 		_, err := sqldb.OpenPostgres(context.Background(), raw, sqldb.PostgresConfig{})
 		if err == nil {
@@ -184,5 +187,74 @@ func TestPostgresPasswordNeverShown(t *testing.T) {
 		if strings.Contains(sqldb.RedactPostgresURL(raw), "s3cretpw") {
 			t.Errorf("RedactPostgresURL shows the password: %s", sqldb.RedactPostgresURL(raw))
 		}
+	}
+}
+
+// TestPostgresPlaceholdersBesideOddLexemes runs statements whose ? placeholders follow a
+// lexeme that hides a quote, a comment's end or a dollar sign: an escape string (E'…', where
+// \' is a quote inside it), a nested block comment, and an identifier holding $ (PostgreSQL
+// allows it after the first character). Each ? outside them must become the next $n, and
+// none inside them.
+func TestPostgresPlaceholdersBesideOddLexemes(t *testing.T) {
+	db := openPostgres(t, sqldb.PostgresConfig{})
+	for _, tc := range []struct {
+		name, query, want string
+	}{
+		{"escape string", `SELECT E'it\'s ?' || ?::text`, "it's ?x"},
+		{"escaped quote at the end", `SELECT E'?\'' || ?::text`, "?'x"},
+		{"escaped backslash", `SELECT e'\\' || ?::text`, `\x`},
+		{"doubled quote in an escape string", `SELECT E'a''?' || ?::text`, "a'?x"},
+		{"nested comment", "SELECT /* a /* b */ ? */ ?::text", "x"},
+		{"identifier with dollars", "SELECT a$b$ FROM (SELECT ?::text AS a$b$) t", "x"},
+		{"dollar quote after an identifier", "SELECT x$ || $q$?$q$ || ?::text FROM (SELECT 'w' AS x$) t", "w?x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got string
+			if err := db.QueryRowContext(context.Background(), tc.query, "x").Scan(&got); err != nil {
+				t.Fatalf("%s (numbered %q): %v", tc.query, sqldb.Numbered(tc.query), err)
+			}
+			if got != tc.want {
+				t.Fatalf("%s = %q, want %q", tc.query, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPostgresSessionTimeouts reads the timeouts a session of OpenPostgres runs with: the
+// configured statement timeout bounds statements and idle time inside a transaction, unless
+// the URL sets either.
+func TestPostgresSessionTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name, query         string
+		statement, idleInTx string
+	}{
+		{"default", "", "10s", "10s"},
+		{"url sets statement_timeout", "statement_timeout=0", "0", "1500ms"},
+		{"url options set both", "options=-c%20statement_timeout%3D3s%20-c%20idle_in_transaction_session_timeout%3D0", "3s", "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t)}
+			if tc.name != "default" {
+				cfg.StatementTimeout = 1500 * time.Millisecond
+			}
+			raw := testenv.PostgresURL()
+			if tc.query != "" && strings.Contains(raw, "?") {
+				raw += "&" + tc.query
+			} else if tc.query != "" {
+				raw += "?" + tc.query
+			}
+			db, err := sqldb.OpenPostgres(context.Background(), raw, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var statement, idleInTx string
+			if err := db.QueryRowContext(context.Background(), "SELECT current_setting('statement_timeout'), current_setting('idle_in_transaction_session_timeout')").Scan(&statement, &idleInTx); err != nil {
+				t.Fatal(err)
+			}
+			if statement != tc.statement || idleInTx != tc.idleInTx {
+				t.Fatalf("statement_timeout %s, idle_in_transaction_session_timeout %s; want %s and %s", statement, idleInTx, tc.statement, tc.idleInTx)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package idgen
 
 import (
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -155,12 +156,16 @@ func validateStep(step int64) error {
 	return nil
 }
 
+// validateDescription accepts up to MaxDescriptionBytes of valid UTF-8 without NUL, which
+// PostgreSQL's TEXT cannot hold: a description is valid on every store or on none.
 func validateDescription(d string) error {
 	switch {
 	case len(d) > MaxDescriptionBytes:
 		return server.InvalidField("description", "is %d bytes, the limit is %d", len(d), MaxDescriptionBytes)
 	case !utf8.ValidString(d):
 		return server.InvalidField("description", "must be valid UTF-8")
+	case strings.IndexByte(d, 0) >= 0:
+		return server.InvalidField("description", "must not contain NUL")
 	}
 	return nil
 }

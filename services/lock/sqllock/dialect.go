@@ -125,8 +125,8 @@ var MySQL = Dialect{
 // sqldb.PostgresConfig.Schema).
 //
 // InsertInTx is on. PostgreSQL takes no gap locks: a locking read that finds no row locks
-// nothing, and INSERT … ON CONFLICT DO NOTHING waits only for a transaction that inserted or
-// deleted the same key and has not ended, then inserts or does nothing. A transaction here
+// nothing, and INSERT … ON CONFLICT DO NOTHING waits only for a transaction that inserted,
+// updated or deleted the same key and has not ended, then inserts or does nothing. A transaction here
 // inserts its key's row before it locks anything else (the key row, then its fence floor,
 // the order of every transaction), so it waits only on a holder of that one row, which
 // waits on nothing the inserter holds: no cycle. Inside the transaction the insert shares

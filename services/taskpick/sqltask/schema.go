@@ -139,8 +139,14 @@ func leaseHashColumn(d sqldb.Dialect) string {
 
 func migrate(ctx context.Context, db *sqldb.DB) error {
 	for _, q := range schema(db.Dialect) {
+		// Instances starting together may race to create the table or an index: PostgreSQL's
+		// IF NOT EXISTS checks before it creates, and the loser fails on the catalog's unique
+		// index once the winner commits. The object is then there, and the statement run
+		// again does nothing.
 		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("sqltask: %s schema: %w", db.Dialect.Name, err)
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("sqltask: %s schema: %w", db.Dialect.Name, err)
+			}
 		}
 	}
 	hasColumn := func() bool {
