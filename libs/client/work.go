@@ -145,8 +145,7 @@ type WorkStats struct {
 // It leases tasks with Pick, never more at once than it has free handler slots (see
 // WithConcurrency and WithBatch), waiting server-side for tasks when the pool is empty; a Pick
 // that fails on a transient error (unavailable) is retried after a jittered backoff from
-// 100ms to 5s. While Picks come back full (the pool has more), a second Pick for the slots
-// left free runs alongside the first, so that slots freed during a Pick do not wait for it. Each task runs in its own goroutine under a context derived from ctx, while
+// 100ms to 5s. Each task runs in its own goroutine under a context derived from ctx, while
 // the lease is extended every third of its ttl. When the service says the lease is gone
 // (failed_precondition, not_found), or no extension is confirmed by the lease's deadline, the
 // handler's context is canceled with a cause that wraps ErrLeaseLost
@@ -185,7 +184,6 @@ func (c *Client) Work(ctx context.Context, pool string, handler func(ctx context
 	w := &worker{
 		c: c, pool: pool, handler: handler, o: o,
 		slots: make(chan struct{}, o.concurrency), finishing: make(chan struct{}, o.concurrency),
-		more: make(chan struct{}, 1),
 	}
 	runCtx, stop := context.WithCancelCause(ctx)
 	err = w.loop(runCtx)
@@ -230,39 +228,13 @@ type worker struct {
 	slots chan struct{}
 	// finishing holds one token per Ack or Nack in flight.
 	finishing chan struct{}
-	// more says that a Pick came back full: the pool has more, and the helper picker may run.
-	more    chan struct{}
-	running sync.WaitGroup
+	running   sync.WaitGroup
 }
 
 // loop picks tasks and starts their handlers until ctx ends (nil) or a Pick fails on an
-// error no retry can fix (that error). The lead picker picks all the time; the helper only
-// while Picks come back full, so an empty or failing pool sees one Pick at a time.
+// error no retry can fix (that error), backing off after transient errors and early empty
+// answers.
 func (w *worker) loop(ctx context.Context) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var pickers sync.WaitGroup
-	var fatal error
-	var once sync.Once
-	run := func(pick func(context.Context) error) {
-		pickers.Go(func() {
-			if err := pick(ctx); err != nil {
-				once.Do(func() { fatal = err })
-				cancel(err)
-			}
-		})
-	}
-	run(w.lead)
-	if w.o.concurrency > 1 {
-		run(w.helper)
-	}
-	pickers.Wait()
-	return fatal
-}
-
-// lead picks tasks and starts their handlers until ctx ends (nil) or a Pick fails on an error
-// no retry can fix (that error), backing off after transient errors and early empty answers.
-func (w *worker) lead(ctx context.Context) error {
 	backoff := pickBackoffMin
 	for {
 		n, ok := w.reserve(ctx)
@@ -293,34 +265,9 @@ func (w *worker) lead(ctx context.Context) error {
 	}
 }
 
-// helper picks for the slots the lead leaves free while Picks come back full, and waits for
-// the next full one otherwise: it leaves backing off to the lead. It returns as lead does.
-func (w *worker) helper(ctx context.Context) error {
-	for {
-		select {
-		case <-w.more:
-		case <-ctx.Done():
-			return nil
-		}
-		n, ok := w.reserve(ctx)
-		if !ok {
-			return nil
-		}
-		_, stopped, err := w.round(ctx, n)
-		switch {
-		case stopped:
-			return nil
-		case err != nil && !retryable(err):
-			return fmt.Errorf("client: work %q: pick: %w", w.pool, err)
-		case err != nil:
-			w.o.stats.PickErrors.Add(1)
-		}
-	}
-}
-
 // round leases up to n tasks for the n slots taken and starts their handlers (got of them),
-// releasing the slots it does not use; it signals more when the Pick came back full. stopped
-// says that ctx ended, and the tasks picked meanwhile were given back.
+// releasing the slots it does not use. stopped says that ctx ended, and the tasks picked
+// meanwhile were given back.
 func (w *worker) round(ctx context.Context, n int) (got int, stopped bool, err error) {
 	start := time.Now() // also the Pick's send time: its leases are reckoned from here
 	tasks, err := w.pick(ctx, n)
@@ -339,12 +286,6 @@ func (w *worker) round(ctx context.Context, n int) (got int, stopped bool, err e
 	w.release(n - len(tasks))
 	for _, lt := range tasks {
 		w.start(ctx, lt, p)
-	}
-	if err == nil && len(tasks) == n {
-		select {
-		case w.more <- struct{}{}:
-		default:
-		}
 	}
 	return len(tasks), false, err
 }

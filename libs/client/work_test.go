@@ -255,8 +255,8 @@ func TestWorkShutdownGivesBack(t *testing.T) {
 }
 
 // TestWorkOverAnsweringService: a Pick answered with more tasks than asked (a broken or
-// hostile service) must not run more handlers than the concurrency, with one Pick or two in
-// flight, nor wedge Work: the extras are given back at once, every task is handled once, and
+// hostile service) must not run more handlers than the concurrency, of one slot or several,
+// nor wedge Work: the extras are given back at once, every task is handled once, and
 // Work stops when asked.
 func TestWorkOverAnsweringService(t *testing.T) {
 	t.Parallel()
