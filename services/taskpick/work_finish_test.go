@@ -143,7 +143,7 @@ func sampleLeased(ctx context.Context, c *client.Client, backend, pool string) <
 	return out
 }
 
-// TestWorkFinishesAfterTheSlot: with every Ack's answer 40ms late, handlers keep running
+// TestWorkFinishesAfterTheSlot: with every Ack's answer 200ms late, handlers keep running
 // while Acks are in flight (more handlers and finishes at once than the concurrency, which
 // holding the slot until the Ack would never allow), yet never more than concurrency
 // handlers, never more than concurrency finishes, never more than twice the concurrency in
@@ -159,7 +159,7 @@ func TestWorkFinishesAfterTheSlot(t *testing.T) {
 					const n, concurrency = 60, 4
 					w := &finishWatch{hold: func(string) <-chan struct{} {
 						c := make(chan struct{})
-						time.AfterFunc(40*time.Millisecond, func() { close(c) })
+						time.AfterFunc(200*time.Millisecond, func() { close(c) })
 						return c
 					}}
 					c := watchedClient(url, w, batching)
