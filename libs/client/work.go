@@ -79,7 +79,10 @@ type workOptions struct {
 // WorkOption configures one Work call.
 type WorkOption func(*workOptions)
 
-// WithConcurrency runs at most n handlers at once (default 1).
+// WithConcurrency runs at most n handlers at once (default 1). A handler's slot is free again
+// when it returns; its task's Ack or Nack runs after it, at most n of them at once, so Work
+// holds at most 2n leases: n for running handlers (and the Picks that fill their slots), n
+// for finishes in flight.
 func WithConcurrency(n int) WorkOption { return func(o *workOptions) { o.concurrency = n } }
 
 // WithLeaseTTL sets the lease of every picked task (1s to 12h, default DefaultLeaseTTL). Work
@@ -159,11 +162,17 @@ type WorkStats struct {
 // When the handler returns nil the task is acked; when it returns an error (or panics: the
 // panic is recovered as an error) the task is nacked with that error as the reason, to be
 // retried after the backoff (WithBackoff) of its attempt, or dead after its last attempt.
+// The handler's slot is free for the next task as soon as it returns, and the Ack or Nack
+// runs after it: at most concurrency of them at once (a handler that returns while that many
+// are in flight keeps its slot until one is answered), so Work holds at most twice the
+// concurrency in leases. Acks and Nacks made together leave together in Batch requests
+// unless the client's batching is off (WithBatching).
 //
 // When ctx ends Work stops picking, cancels the running handlers' contexts and waits for them
 // to return; tasks whose handler still failed are nacked with no retry delay, so that they
 // are picked again at once by another worker, and tasks whose handler succeeded are acked.
-// The handler must therefore return soon after its context ends.
+// Work returns only after every Ack and Nack was answered or gave up (at the lease's end, or
+// finishTimeout). The handler must therefore return soon after its context ends.
 func (c *Client) Work(ctx context.Context, pool string, handler func(ctx context.Context, t *Task) error, opts ...WorkOption) error {
 	o, err := workOpts(opts)
 	if err != nil {
@@ -172,7 +181,10 @@ func (c *Client) Work(ctx context.Context, pool string, handler func(ctx context
 	if handler == nil {
 		return errors.New("client: work: nil handler")
 	}
-	w := &worker{c: c, pool: pool, handler: handler, o: o, slots: make(chan struct{}, o.concurrency)}
+	w := &worker{
+		c: c, pool: pool, handler: handler, o: o,
+		slots: make(chan struct{}, o.concurrency), finishing: make(chan struct{}, o.concurrency),
+	}
 	runCtx, stop := context.WithCancelCause(ctx)
 	err = w.loop(runCtx)
 	stop(err) // a fatal Pick error stops the running handlers as the end of ctx would
@@ -213,12 +225,15 @@ type worker struct {
 	handler func(context.Context, *Task) error
 	o       workOptions
 	// slots holds one token per running handler (or per task a Pick in flight may return).
-	slots   chan struct{}
-	running sync.WaitGroup
+	slots chan struct{}
+	// finishing holds one token per Ack or Nack in flight.
+	finishing chan struct{}
+	running   sync.WaitGroup
 }
 
 // loop picks tasks and starts their handlers until ctx ends (nil) or a Pick fails on an
-// error no retry can fix (that error).
+// error no retry can fix (that error), backing off after transient errors and early empty
+// answers.
 func (w *worker) loop(ctx context.Context) error {
 	backoff := pickBackoffMin
 	for {
@@ -226,34 +241,21 @@ func (w *worker) loop(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		start := time.Now() // also the Pick's send time: its leases are reckoned from here
-		tasks, err := w.pick(ctx, n)
-		p := picked{sent: start, received: time.Now()}
-		if ctx.Err() != nil {
-			w.giveBack(ctx, tasks, p) // picked just as ctx ended
-			w.release(n)
+		start := time.Now()
+		got, stopped, err := w.round(ctx, n)
+		if stopped {
 			return nil
 		}
-		if len(tasks) > n {
-			// A service that answers more than asked (a bug, or not coordkit): run no more
-			// than the slots taken, and give the rest back at once.
-			w.giveBack(ctx, tasks[n:], p)
-			tasks = tasks[:n]
-		}
-		w.release(n - len(tasks))
 		switch {
 		case err != nil && !retryable(err):
 			return fmt.Errorf("client: work %q: pick: %w", w.pool, err)
 		case err != nil:
 			w.o.stats.PickErrors.Add(1)
-		case len(tasks) == 0 && time.Since(start) < max(w.o.pollWait/2, pickBackoffMin):
+		case got == 0 && time.Since(start) < max(w.o.pollWait/2, pickBackoffMin):
 			// Empty long before the wait was up: a service that does not hold Picks, or
 			// WithPollWait(0); pace the polling as after an error rather than spin.
 		default:
 			backoff = pickBackoffMin
-			for _, lt := range tasks {
-				w.start(ctx, lt, p)
-			}
 			continue
 		}
 		if !sleep(ctx, jitter(backoff)) {
@@ -261,6 +263,31 @@ func (w *worker) loop(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, pickBackoffMax)
 	}
+}
+
+// round leases up to n tasks for the n slots taken and starts their handlers (got of them),
+// releasing the slots it does not use. stopped says that ctx ended, and the tasks picked
+// meanwhile were given back.
+func (w *worker) round(ctx context.Context, n int) (got int, stopped bool, err error) {
+	start := time.Now() // also the Pick's send time: its leases are reckoned from here
+	tasks, err := w.pick(ctx, n)
+	p := picked{sent: start, received: time.Now()}
+	if ctx.Err() != nil {
+		w.giveBack(ctx, tasks, p) // picked just as ctx ended
+		w.release(n)
+		return 0, true, nil
+	}
+	if len(tasks) > n {
+		// A service that answers more than asked (a bug, or not coordkit): run no more
+		// than the slots taken, and give the rest back at once.
+		w.giveBack(ctx, tasks[n:], p)
+		tasks = tasks[:n]
+	}
+	w.release(n - len(tasks))
+	for _, lt := range tasks {
+		w.start(ctx, lt, p)
+	}
+	return len(tasks), false, err
 }
 
 // reserve blocks until at least one handler slot is free and takes up to a batch of the free
@@ -311,25 +338,33 @@ func (w *worker) task(lt *taskpickv1.LeasedTask, p picked) *Task {
 	return newTask(w.o.backend, w.pool, lt, w.o.ttl, w.o.pollWait, p.sent, p.received)
 }
 
-// start runs one picked task in its own goroutine, which frees the task's slot at the end.
+// start runs one picked task in its own goroutine, which frees the task's slot when the
+// handler returns.
 func (w *worker) start(ctx context.Context, lt *taskpickv1.LeasedTask, p picked) {
 	t := w.task(lt, p)
 	w.o.stats.Picked.Add(1)
 	w.running.Add(1)
 	go func() {
 		defer w.running.Done()
-		defer w.release(1)
 		w.process(ctx, t)
 	}()
 }
 
-// process runs the handler under the kept lease, then acks or nacks the task unless the
-// lease was lost.
+// process runs the handler under the kept lease, frees its slot, then acks or nacks the task
+// unless the lease was lost, by the handler's return or by the time the finish can go out.
 func (w *worker) process(ctx context.Context, t *Task) {
 	keeper := keepLease(ctx, w.c, t, w.o.ttl)
 	herr := w.call(t.lc.Context(), t)
 	if keeper.stop() != nil {
+		w.release(1)
 		w.o.stats.LeasesLost.Add(1)
+		return
+	}
+	w.finishing <- struct{}{} // the slot stays taken while the finishes in flight are at their bound
+	w.release(1)
+	defer func() { <-w.finishing }()
+	if t.lc.overdue(time.Now()) {
+		w.o.stats.LeasesLost.Add(1) // the deadline passed while the finish waited for its turn
 		return
 	}
 	if herr == nil {

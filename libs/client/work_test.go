@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -254,11 +255,26 @@ func TestWorkShutdownGivesBack(t *testing.T) {
 }
 
 // TestWorkOverAnsweringService: a Pick answered with more tasks than asked (a broken or
-// hostile service) must not run more handlers than the concurrency, nor wedge Work: the
-// extras are given back at once, every task is handled once, and Work stops when asked.
+// hostile service) must not run more handlers than the concurrency, of one slot or several,
+// nor wedge Work: the extras are given back at once, every task is handled once, and
+// Work stops when asked.
 func TestWorkOverAnsweringService(t *testing.T) {
 	t.Parallel()
-	f := &fakeTasks{overAnswer: 2, queue: []*taskpickv1.LeasedTask{leased("a", 1), leased("b", 2), leased("c", 3)}}
+	for _, concurrency := range []int{1, 3} {
+		t.Run(fmt.Sprintf("concurrency%d", concurrency), func(t *testing.T) {
+			t.Parallel()
+			testWorkOverAnswered(t, concurrency)
+		})
+	}
+}
+
+func testWorkOverAnswered(t *testing.T, concurrency int) {
+	var queue []*taskpickv1.LeasedTask
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for i, id := range ids {
+		queue = append(queue, leased(id, uint64(i+1)))
+	}
+	f := &fakeTasks{overAnswer: 2, queue: queue}
 	c := serveFake(t, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -270,7 +286,7 @@ func TestWorkOverAnsweringService(t *testing.T) {
 		running++
 		most = max(most, running)
 		handled[task.ID]++
-		if handled["a"] > 0 && handled["b"] > 0 && handled["c"] > 0 {
+		if len(handled) == len(ids) {
 			cancel()
 		}
 		mu.Unlock()
@@ -281,7 +297,9 @@ func TestWorkOverAnsweringService(t *testing.T) {
 		return nil
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.Work(ctx, "p", handler, client.WithConcurrency(1), client.WithBatch(1)) }()
+	go func() {
+		done <- c.Work(ctx, "p", handler, client.WithConcurrency(concurrency), client.WithBatch(concurrency))
+	}()
 	// The over-answered tasks come back to the queue through their Nacks.
 	go func() {
 		for ctx.Err() == nil {
@@ -304,10 +322,10 @@ func TestWorkOverAnsweringService(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if most > 1 {
-		t.Errorf("%d handlers ran at once with concurrency 1", most)
+	if most > concurrency {
+		t.Errorf("%d handlers ran at once with concurrency %d", most, concurrency)
 	}
-	for _, id := range []string{"a", "b", "c"} {
+	for _, id := range ids {
 		if handled[id] != 1 {
 			t.Errorf("task %s handled %d times, want once (handled %v)", id, handled[id], handled)
 		}

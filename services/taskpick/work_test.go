@@ -27,13 +27,15 @@ import (
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"
 )
 
-// The SDK's Work (libs/client) against the real service, on the real SQLite and Redis.
+// The SDK's Work (libs/client) against the real service, on the real SQLite, Redis and
+// PostgreSQL.
 
 // workBackends are the backends the Work tests run on.
-var workBackends = []string{"sqlite", "redis"}
+var workBackends = []string{"sqlite", "redis", "postgres"}
 
-// workServer serves one task service with a sqlite (in a temporary directory) and a redis
-// (under a unique prefix) backend, sweeping every 50ms, and returns its base URL.
+// workServer serves one task service with a sqlite (in a temporary directory), a redis
+// (under a unique prefix) and a postgres (in a schema of the test's own) backend, sweeping
+// every 50ms, and returns its base URL.
 func workServer(t *testing.T) string {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
@@ -42,11 +44,15 @@ func workServer(t *testing.T) string {
 		t.Fatalf("open sqlite: %v", err)
 	}
 	t.Cleanup(func() { sq.Close() })
+	pg := postgresStore(t)(t)
 	rdb := testenv.Redis(t, "")
 	prefix := testenv.Prefix(t)
 	testenv.CleanRedis(t, rdb, prefix)
 	svc, err := taskpick.NewService(taskpick.Config{
-		Backends:      map[string]taskpick.Backend{"sqlite": sq, "redis": redistask.New(rdb, redistask.Config{Prefix: prefix, Scripts: redisconf.Pipelined(rdb)})},
+		Backends: map[string]taskpick.Backend{
+			"sqlite": sq, "postgres": pg,
+			"redis": redistask.New(rdb, redistask.Config{Prefix: prefix, Scripts: redisconf.Pipelined(rdb)}),
+		},
 		Default:       "sqlite",
 		SweepInterval: 50 * time.Millisecond,
 		Logger:        quiet,
