@@ -56,8 +56,8 @@ wait-ready:
 # it wins over one the caller set (the check would silently see nothing otherwise).
 test: backends lint check-generated vet standalone
 	@races=$$(mktemp -d) || exit 1; trap 'rm -rf "$$races"' EXIT; \
-	echo "GORACE=\"$$GORACE log_path=$$races/race\" go test -race -count=1 -p $(TEST_P) -timeout 14m $(TEST_PKGS)"; \
-	GORACE="$$GORACE log_path=$$races/race" go test -race -count=1 -p $(TEST_P) -timeout 14m $(TEST_PKGS); status=$$?; \
+	echo "GORACE=\"$$GORACE log_path=$$races/race\" go test -race -count=1 -p $(TEST_P) -timeout 30m $(TEST_PKGS)"; \
+	GORACE="$$GORACE log_path=$$races/race" go test -race -count=1 -p $(TEST_P) -timeout 30m $(TEST_PKGS); status=$$?; \
 	for f in "$$races"/race.*; do \
 		[ -s "$$f" ] || continue; echo "=== data race report ($$f) ==="; head -c 30000 "$$f"; \
 		[ $$status -ne 0 ] || status=66; \

@@ -202,9 +202,11 @@ func TestWorkFinishesAfterTheSlot(t *testing.T) {
 					if p := w.peakFinishes.Load(); p > concurrency {
 						t.Errorf("%d finishes were in flight at once, want at most %d", p, concurrency)
 					}
-					if p := w.peakBusy.Load(); p <= concurrency || p > 2*concurrency {
-						t.Errorf("at most %d handlers and finishes at once, want more than %d (a slot is free when its handler returns) and at most %d",
-							p, concurrency, 2*concurrency)
+					// That handlers run beside finishes at all is proven by
+					// TestWorkSlowAcksBoundHandlers, whose Acks never answer: here only the bound,
+					// since how much they overlap depends on the machine's load.
+					if p := w.peakBusy.Load(); p > 2*concurrency {
+						t.Errorf("%d handlers and finishes at once, want at most %d", p, 2*concurrency)
 					}
 					if peakLeased > 2*concurrency {
 						t.Errorf("%d tasks leased at once, want at most %d", peakLeased, 2*concurrency)

@@ -115,7 +115,7 @@ const mysqlConns, postgresConns = 32, 32
 
 // postgresURLFlag adds --postgres-url, the database of service/postgres, to fs.
 func postgresURLFlag(fs *pflag.FlagSet, url *string) {
-	fs.StringVar(url, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable", "PostgreSQL for service/postgres (its locks in the schema coordkit)")
+	fs.StringVar(url, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable&options=-c%20synchronous_commit%3Don", "PostgreSQL for service/postgres (its locks in the schema coordkit)")
 }
 
 // startService starts the lock service in this process on a loopback port, from the lock

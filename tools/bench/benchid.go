@@ -93,7 +93,7 @@ func benchIDFlags(fs *pflag.FlagSet) *benchIDConfig {
 	fs.StringVar(&cfg.serverURL, "server", "", "base URL of a running coordkit service; empty starts one in-process")
 	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis of the in-process service's redis-incr mode; empty skips that mode")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB of the store rows (the segment mode through a service on it, and bare reservations; in-process, so not with --server); empty skips them")
-	fs.StringVar(&cfg.postgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable", "PostgreSQL of the store rows (the segment mode through a service on it, and bare reservations, in its schema coordkit; in-process, so not with --server); empty skips them")
+	fs.StringVar(&cfg.postgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable&options=-c%20synchronous_commit%3Don", "PostgreSQL of the store rows (the segment mode through a service on it, and bare reservations, in its schema coordkit; in-process, so not with --server); empty skips them")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of tables")
 	return &cfg
 }

@@ -149,7 +149,7 @@ func benchTaskFlags(fs *pflag.FlagSet) func() (taskBenchConfig, error) {
 	fs.BoolVar(&cfg.asynq, "asynq", true, "measure hibiken/asynq on --redis-addr as the peer")
 	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis of the redis backend and of asynq")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB of the mysql backend")
-	fs.StringVar(&cfg.postgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable", "PostgreSQL of the postgres backend (a schema per run, dropped after it) and of River")
+	fs.StringVar(&cfg.postgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable&options=-c%20synchronous_commit%3Don", "PostgreSQL of the postgres backend (a schema per run, dropped after it) and of River")
 	fs.BoolVar(&cfg.river, "river", true, "measure riverqueue/river on --postgres-url as the peer of the postgres backend")
 	fs.StringVar(&cfg.riverSchema, "river-schema", "coordkit_river", "schema River's tables live in (created and migrated when missing; the run deletes its jobs after it)")
 	fs.IntVar(&cfg.asynqDB, "asynq-db", 15, "Redis database number asynq runs in: it is FLUSHED before and after")
