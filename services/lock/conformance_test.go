@@ -97,7 +97,7 @@ func TestConformance(t *testing.T) {
 }
 
 // conformanceRows is how many rows of TestConformance run at once.
-const conformanceRows = 6
+const conformanceRows = 4
 
 // longRows are the behaviours whose rows take longest (watchdog renewals across a stall,
 // expiries waited out): they start first.
