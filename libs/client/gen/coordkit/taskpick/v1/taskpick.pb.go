@@ -149,6 +149,72 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{1}
 }
 
+// UniqueScope says how long a task's unique_key stays held, so that a Put of another task
+// with the same key in the same pool answers the holder instead of adding a task. Once the
+// scope no longer holds, the key is free and the next Put with it adds its task and holds
+// the key in turn. Keys are per (backend, pool); a Put that adds no task (its id already
+// exists, or it is a duplicate) claims no key.
+type UniqueScope int32
+
+const (
+	// With a unique_key: UNIQUE_SCOPE_ACTIVE. Without one: no uniqueness.
+	UniqueScope_UNIQUE_SCOPE_UNSPECIFIED UniqueScope = 0
+	// Held while the task waits to be picked (available or delayed) and has not been picked
+	// since it was put or requeued: the first Pick frees the key, so one more task may queue
+	// behind a running one.
+	UniqueScope_UNIQUE_SCOPE_QUEUED UniqueScope = 1
+	// Held while the task is available, delayed or leased, including after a Nack that gives
+	// it back; freed when it is acked (done or deleted) or dead. Requeue of a dead task takes
+	// the key back unless another task took it meanwhile.
+	UniqueScope_UNIQUE_SCOPE_ACTIVE UniqueScope = 2
+	// Held for unique_period from the Put that added the task, measured on the backend's
+	// clock, whatever becomes of the task meanwhile (acked, dead, or still waiting).
+	UniqueScope_UNIQUE_SCOPE_PERIOD UniqueScope = 3
+)
+
+// Enum value maps for UniqueScope.
+var (
+	UniqueScope_name = map[int32]string{
+		0: "UNIQUE_SCOPE_UNSPECIFIED",
+		1: "UNIQUE_SCOPE_QUEUED",
+		2: "UNIQUE_SCOPE_ACTIVE",
+		3: "UNIQUE_SCOPE_PERIOD",
+	}
+	UniqueScope_value = map[string]int32{
+		"UNIQUE_SCOPE_UNSPECIFIED": 0,
+		"UNIQUE_SCOPE_QUEUED":      1,
+		"UNIQUE_SCOPE_ACTIVE":      2,
+		"UNIQUE_SCOPE_PERIOD":      3,
+	}
+)
+
+func (x UniqueScope) Enum() *UniqueScope {
+	p := new(UniqueScope)
+	*p = x
+	return p
+}
+
+func (x UniqueScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UniqueScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordkit_taskpick_v1_taskpick_proto_enumTypes[2].Descriptor()
+}
+
+func (UniqueScope) Type() protoreflect.EnumType {
+	return &file_coordkit_taskpick_v1_taskpick_proto_enumTypes[2]
+}
+
+func (x UniqueScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UniqueScope.Descriptor instead.
+func (UniqueScope) EnumDescriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{2}
+}
+
 // NewTask is a task to put.
 type NewTask struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -162,7 +228,15 @@ type NewTask struct {
 	RunAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	// How many picks the task gets before it is dead; 0 means the service's default (25),
 	// at most 1000.
-	MaxAttempts   uint32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	MaxAttempts uint32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Makes the task unique by this key within its pool, for unique_scope: empty (default)
+	// means no uniqueness; otherwise 1 to 512 bytes of UTF-8 without NUL, like ids.
+	UniqueKey string `protobuf:"bytes,20,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	// How long the key is held; unset means UNIQUE_SCOPE_ACTIVE. Set only with unique_key.
+	UniqueScope UniqueScope `protobuf:"varint,21,opt,name=unique_scope,json=uniqueScope,proto3,enum=coordkit.taskpick.v1.UniqueScope" json:"unique_scope,omitempty"`
+	// For UNIQUE_SCOPE_PERIOD (and only then, where it is required): how long the key is held
+	// from the Put, 1ms to 30 days.
+	UniquePeriod  *durationpb.Duration `protobuf:"bytes,22,opt,name=unique_period,json=uniquePeriod,proto3" json:"unique_period,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,6 +306,27 @@ func (x *NewTask) GetMaxAttempts() uint32 {
 	return 0
 }
 
+func (x *NewTask) GetUniqueKey() string {
+	if x != nil {
+		return x.UniqueKey
+	}
+	return ""
+}
+
+func (x *NewTask) GetUniqueScope() UniqueScope {
+	if x != nil {
+		return x.UniqueScope
+	}
+	return UniqueScope_UNIQUE_SCOPE_UNSPECIFIED
+}
+
+func (x *NewTask) GetUniquePeriod() *durationpb.Duration {
+	if x != nil {
+		return x.UniquePeriod
+	}
+	return nil
+}
+
 // PutRequest adds tasks.
 type PutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -299,8 +394,19 @@ func (x *PutRequest) GetTasks() []*NewTask {
 // PutResponse says, per task in request order, whether it was added.
 type PutResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// created[i] is true when tasks[i] was added, false when its id already existed.
-	Created       []bool `protobuf:"varint,1,rep,packed,name=created,proto3" json:"created,omitempty"`
+	// created[i] is true when tasks[i] was added, false when its id already existed or it is
+	// a duplicate.
+	Created []bool `protobuf:"varint,1,rep,packed,name=created,proto3" json:"created,omitempty"`
+	// duplicate[i] is true when tasks[i] was not added because another task of the pool holds
+	// its unique_key. One entry per task (all false when no task has a unique_key); services
+	// older than the field leave it empty.
+	Duplicate []bool `protobuf:"varint,10,rep,packed,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// existing_id[i] is, when duplicate[i], the id of the task that holds the key; empty
+	// otherwise.
+	ExistingId []string `protobuf:"bytes,11,rep,name=existing_id,json=existingId,proto3" json:"existing_id,omitempty"`
+	// existing_state[i] is, when duplicate[i], the state of that task when the Put saw it:
+	// STATE_UNSPECIFIED when it no longer exists (UNIQUE_SCOPE_PERIOD outlives its task).
+	ExistingState []State `protobuf:"varint,12,rep,packed,name=existing_state,json=existingState,proto3,enum=coordkit.taskpick.v1.State" json:"existing_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +444,27 @@ func (*PutResponse) Descriptor() ([]byte, []int) {
 func (x *PutResponse) GetCreated() []bool {
 	if x != nil {
 		return x.Created
+	}
+	return nil
+}
+
+func (x *PutResponse) GetDuplicate() []bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return nil
+}
+
+func (x *PutResponse) GetExistingId() []string {
+	if x != nil {
+		return x.ExistingId
+	}
+	return nil
+}
+
+func (x *PutResponse) GetExistingState() []State {
+	if x != nil {
+		return x.ExistingState
 	}
 	return nil
 }
@@ -2145,20 +2272,29 @@ var File_coordkit_taskpick_v1_taskpick_proto protoreflect.FileDescriptor
 
 const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\n" +
-	"#coordkit/taskpick/v1/taskpick.proto\x12\x14coordkit.taskpick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x01\n" +
+	"#coordkit/taskpick/v1/taskpick.proto\x12\x14coordkit.taskpick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x02\n" +
 	"\aNewTask\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
 	"\bpriority\x18\x03 \x01(\x05R\bpriority\x121\n" +
 	"\x06run_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12!\n" +
-	"\fmax_attempts\x18\x05 \x01(\rR\vmaxAttempts\"o\n" +
+	"\fmax_attempts\x18\x05 \x01(\rR\vmaxAttempts\x12\x1d\n" +
+	"\n" +
+	"unique_key\x18\x14 \x01(\tR\tuniqueKey\x12D\n" +
+	"\funique_scope\x18\x15 \x01(\x0e2!.coordkit.taskpick.v1.UniqueScopeR\vuniqueScope\x12>\n" +
+	"\runique_period\x18\x16 \x01(\v2\x19.google.protobuf.DurationR\funiquePeriod\"o\n" +
 	"\n" +
 	"PutRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x123\n" +
-	"\x05tasks\x18\x03 \x03(\v2\x1d.coordkit.taskpick.v1.NewTaskR\x05tasks\"'\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x1d.coordkit.taskpick.v1.NewTaskR\x05tasks\"\xaa\x01\n" +
 	"\vPutResponse\x12\x18\n" +
-	"\acreated\x18\x01 \x03(\bR\acreated\"\xe0\x01\n" +
+	"\acreated\x18\x01 \x03(\bR\acreated\x12\x1c\n" +
+	"\tduplicate\x18\n" +
+	" \x03(\bR\tduplicate\x12\x1f\n" +
+	"\vexisting_id\x18\v \x03(\tR\n" +
+	"existingId\x12B\n" +
+	"\x0eexisting_state\x18\f \x03(\x0e2\x1b.coordkit.taskpick.v1.StateR\rexistingState\"\xe0\x01\n" +
 	"\vPickRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -2303,7 +2439,12 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\n" +
 	"STATE_DEAD\x10\x04\x12\x0e\n" +
 	"\n" +
-	"STATE_DONE\x10\x052\xd3\x06\n" +
+	"STATE_DONE\x10\x05*v\n" +
+	"\vUniqueScope\x12\x1c\n" +
+	"\x18UNIQUE_SCOPE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13UNIQUE_SCOPE_QUEUED\x10\x01\x12\x17\n" +
+	"\x13UNIQUE_SCOPE_ACTIVE\x10\x02\x12\x17\n" +
+	"\x13UNIQUE_SCOPE_PERIOD\x10\x032\xd3\x06\n" +
 	"\x0fTaskPickService\x12L\n" +
 	"\x03Put\x12 .coordkit.taskpick.v1.PutRequest\x1a!.coordkit.taskpick.v1.PutResponse\"\x00\x12O\n" +
 	"\x04Pick\x12!.coordkit.taskpick.v1.PickRequest\x1a\".coordkit.taskpick.v1.PickResponse\"\x00\x12L\n" +
@@ -2329,97 +2470,101 @@ func file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP() []byte {
 	return file_coordkit_taskpick_v1_taskpick_proto_rawDescData
 }
 
-var file_coordkit_taskpick_v1_taskpick_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_coordkit_taskpick_v1_taskpick_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_coordkit_taskpick_v1_taskpick_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_coordkit_taskpick_v1_taskpick_proto_goTypes = []any{
 	(Order)(0),                    // 0: coordkit.taskpick.v1.Order
 	(State)(0),                    // 1: coordkit.taskpick.v1.State
-	(*NewTask)(nil),               // 2: coordkit.taskpick.v1.NewTask
-	(*PutRequest)(nil),            // 3: coordkit.taskpick.v1.PutRequest
-	(*PutResponse)(nil),           // 4: coordkit.taskpick.v1.PutResponse
-	(*PickRequest)(nil),           // 5: coordkit.taskpick.v1.PickRequest
-	(*LeasedTask)(nil),            // 6: coordkit.taskpick.v1.LeasedTask
-	(*PickResponse)(nil),          // 7: coordkit.taskpick.v1.PickResponse
-	(*AckRequest)(nil),            // 8: coordkit.taskpick.v1.AckRequest
-	(*AckResponse)(nil),           // 9: coordkit.taskpick.v1.AckResponse
-	(*NackRequest)(nil),           // 10: coordkit.taskpick.v1.NackRequest
-	(*NackResponse)(nil),          // 11: coordkit.taskpick.v1.NackResponse
-	(*ExtendRequest)(nil),         // 12: coordkit.taskpick.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 13: coordkit.taskpick.v1.ExtendResponse
-	(*Task)(nil),                  // 14: coordkit.taskpick.v1.Task
-	(*GetRequest)(nil),            // 15: coordkit.taskpick.v1.GetRequest
-	(*GetResponse)(nil),           // 16: coordkit.taskpick.v1.GetResponse
-	(*StatsRequest)(nil),          // 17: coordkit.taskpick.v1.StatsRequest
-	(*StatsResponse)(nil),         // 18: coordkit.taskpick.v1.StatsResponse
-	(*ListDeadRequest)(nil),       // 19: coordkit.taskpick.v1.ListDeadRequest
-	(*ListDeadResponse)(nil),      // 20: coordkit.taskpick.v1.ListDeadResponse
-	(*RequeueRequest)(nil),        // 21: coordkit.taskpick.v1.RequeueRequest
-	(*RequeueResponse)(nil),       // 22: coordkit.taskpick.v1.RequeueResponse
-	(*BatchRequest)(nil),          // 23: coordkit.taskpick.v1.BatchRequest
-	(*BatchOperation)(nil),        // 24: coordkit.taskpick.v1.BatchOperation
-	(*BatchResponse)(nil),         // 25: coordkit.taskpick.v1.BatchResponse
-	(*BatchResult)(nil),           // 26: coordkit.taskpick.v1.BatchResult
-	(*BatchError)(nil),            // 27: coordkit.taskpick.v1.BatchError
-	(*AvailableEvent)(nil),        // 28: coordkit.taskpick.v1.AvailableEvent
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(UniqueScope)(0),              // 2: coordkit.taskpick.v1.UniqueScope
+	(*NewTask)(nil),               // 3: coordkit.taskpick.v1.NewTask
+	(*PutRequest)(nil),            // 4: coordkit.taskpick.v1.PutRequest
+	(*PutResponse)(nil),           // 5: coordkit.taskpick.v1.PutResponse
+	(*PickRequest)(nil),           // 6: coordkit.taskpick.v1.PickRequest
+	(*LeasedTask)(nil),            // 7: coordkit.taskpick.v1.LeasedTask
+	(*PickResponse)(nil),          // 8: coordkit.taskpick.v1.PickResponse
+	(*AckRequest)(nil),            // 9: coordkit.taskpick.v1.AckRequest
+	(*AckResponse)(nil),           // 10: coordkit.taskpick.v1.AckResponse
+	(*NackRequest)(nil),           // 11: coordkit.taskpick.v1.NackRequest
+	(*NackResponse)(nil),          // 12: coordkit.taskpick.v1.NackResponse
+	(*ExtendRequest)(nil),         // 13: coordkit.taskpick.v1.ExtendRequest
+	(*ExtendResponse)(nil),        // 14: coordkit.taskpick.v1.ExtendResponse
+	(*Task)(nil),                  // 15: coordkit.taskpick.v1.Task
+	(*GetRequest)(nil),            // 16: coordkit.taskpick.v1.GetRequest
+	(*GetResponse)(nil),           // 17: coordkit.taskpick.v1.GetResponse
+	(*StatsRequest)(nil),          // 18: coordkit.taskpick.v1.StatsRequest
+	(*StatsResponse)(nil),         // 19: coordkit.taskpick.v1.StatsResponse
+	(*ListDeadRequest)(nil),       // 20: coordkit.taskpick.v1.ListDeadRequest
+	(*ListDeadResponse)(nil),      // 21: coordkit.taskpick.v1.ListDeadResponse
+	(*RequeueRequest)(nil),        // 22: coordkit.taskpick.v1.RequeueRequest
+	(*RequeueResponse)(nil),       // 23: coordkit.taskpick.v1.RequeueResponse
+	(*BatchRequest)(nil),          // 24: coordkit.taskpick.v1.BatchRequest
+	(*BatchOperation)(nil),        // 25: coordkit.taskpick.v1.BatchOperation
+	(*BatchResponse)(nil),         // 26: coordkit.taskpick.v1.BatchResponse
+	(*BatchResult)(nil),           // 27: coordkit.taskpick.v1.BatchResult
+	(*BatchError)(nil),            // 28: coordkit.taskpick.v1.BatchError
+	(*AvailableEvent)(nil),        // 29: coordkit.taskpick.v1.AvailableEvent
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
 }
 var file_coordkit_taskpick_v1_taskpick_proto_depIdxs = []int32{
-	29, // 0: coordkit.taskpick.v1.NewTask.run_at:type_name -> google.protobuf.Timestamp
-	2,  // 1: coordkit.taskpick.v1.PutRequest.tasks:type_name -> coordkit.taskpick.v1.NewTask
-	30, // 2: coordkit.taskpick.v1.PickRequest.ttl:type_name -> google.protobuf.Duration
-	0,  // 3: coordkit.taskpick.v1.PickRequest.order:type_name -> coordkit.taskpick.v1.Order
-	30, // 4: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
-	29, // 5: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 6: coordkit.taskpick.v1.LeasedTask.expires_after:type_name -> google.protobuf.Duration
-	6,  // 7: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
-	30, // 8: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
-	30, // 9: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	29, // 10: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 11: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
-	1,  // 12: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
-	29, // 13: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	14, // 14: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
-	30, // 15: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
-	14, // 16: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
-	24, // 17: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
-	3,  // 18: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
-	8,  // 19: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
-	10, // 20: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
-	12, // 21: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
-	15, // 22: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
-	26, // 23: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
-	4,  // 24: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
-	9,  // 25: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
-	11, // 26: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
-	13, // 27: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
-	16, // 28: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
-	27, // 29: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
-	3,  // 30: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
-	5,  // 31: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
-	8,  // 32: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
-	10, // 33: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
-	12, // 34: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
-	15, // 35: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
-	17, // 36: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
-	19, // 37: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
-	21, // 38: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
-	23, // 39: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
-	4,  // 40: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
-	7,  // 41: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
-	9,  // 42: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
-	11, // 43: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
-	13, // 44: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
-	16, // 45: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
-	18, // 46: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
-	20, // 47: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
-	22, // 48: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
-	25, // 49: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
-	40, // [40:50] is the sub-list for method output_type
-	30, // [30:40] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	30, // 0: coordkit.taskpick.v1.NewTask.run_at:type_name -> google.protobuf.Timestamp
+	2,  // 1: coordkit.taskpick.v1.NewTask.unique_scope:type_name -> coordkit.taskpick.v1.UniqueScope
+	31, // 2: coordkit.taskpick.v1.NewTask.unique_period:type_name -> google.protobuf.Duration
+	3,  // 3: coordkit.taskpick.v1.PutRequest.tasks:type_name -> coordkit.taskpick.v1.NewTask
+	1,  // 4: coordkit.taskpick.v1.PutResponse.existing_state:type_name -> coordkit.taskpick.v1.State
+	31, // 5: coordkit.taskpick.v1.PickRequest.ttl:type_name -> google.protobuf.Duration
+	0,  // 6: coordkit.taskpick.v1.PickRequest.order:type_name -> coordkit.taskpick.v1.Order
+	31, // 7: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
+	30, // 8: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 9: coordkit.taskpick.v1.LeasedTask.expires_after:type_name -> google.protobuf.Duration
+	7,  // 10: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
+	31, // 11: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
+	31, // 12: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 13: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 14: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
+	1,  // 15: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
+	30, // 16: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	15, // 17: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
+	31, // 18: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
+	15, // 19: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
+	25, // 20: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
+	4,  // 21: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
+	9,  // 22: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
+	11, // 23: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
+	13, // 24: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
+	16, // 25: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
+	27, // 26: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
+	5,  // 27: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
+	10, // 28: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
+	12, // 29: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
+	14, // 30: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
+	17, // 31: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
+	28, // 32: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
+	4,  // 33: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
+	6,  // 34: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
+	9,  // 35: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
+	11, // 36: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
+	13, // 37: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
+	16, // 38: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
+	18, // 39: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
+	20, // 40: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
+	22, // 41: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
+	24, // 42: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
+	5,  // 43: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
+	8,  // 44: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
+	10, // 45: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
+	12, // 46: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
+	14, // 47: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
+	17, // 48: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
+	19, // 49: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
+	21, // 50: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
+	23, // 51: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
+	26, // 52: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
+	43, // [43:53] is the sub-list for method output_type
+	33, // [33:43] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_taskpick_v1_taskpick_proto_init() }
@@ -2446,7 +2591,7 @@ func file_coordkit_taskpick_v1_taskpick_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_taskpick_v1_taskpick_proto_rawDesc), len(file_coordkit_taskpick_v1_taskpick_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,

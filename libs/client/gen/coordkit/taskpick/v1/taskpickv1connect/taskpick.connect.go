@@ -62,7 +62,11 @@ const (
 type TaskPickServiceClient interface {
 	// Put adds tasks to a pool. It is idempotent by (pool, id): a task whose id is already in
 	// the pool (available, leased, dead, or kept after its Ack) is left unchanged and reported
-	// as existing. The batch is validated whole before anything is written.
+	// as existing. A task with a unique_key whose key another task of the pool holds (see
+	// UniqueScope) is not added either: the answer names that task and its state, flagged as
+	// a duplicate, and is never an error. Tasks of one request are put in request order, so a
+	// later task repeating an earlier one's key is a duplicate of it. The batch is validated
+	// whole before anything is written.
 	Put(context.Context, *v1.PutRequest) (*v1.PutResponse, error)
 	// Pick atomically leases up to count available tasks and answers them in pick order: the
 	// order's first task first (for ORDER_PRIORITY, highest priority first and FIFO among
@@ -282,7 +286,11 @@ func (c *taskPickServiceClient) Batch(ctx context.Context, req *v1.BatchRequest)
 type TaskPickServiceHandler interface {
 	// Put adds tasks to a pool. It is idempotent by (pool, id): a task whose id is already in
 	// the pool (available, leased, dead, or kept after its Ack) is left unchanged and reported
-	// as existing. The batch is validated whole before anything is written.
+	// as existing. A task with a unique_key whose key another task of the pool holds (see
+	// UniqueScope) is not added either: the answer names that task and its state, flagged as
+	// a duplicate, and is never an error. Tasks of one request are put in request order, so a
+	// later task repeating an earlier one's key is a duplicate of it. The batch is validated
+	// whole before anything is written.
 	Put(context.Context, *v1.PutRequest) (*v1.PutResponse, error)
 	// Pick atomically leases up to count available tasks and answers them in pick order: the
 	// order's first task first (for ORDER_PRIORITY, highest priority first and FIFO among
