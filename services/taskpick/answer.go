@@ -1,6 +1,9 @@
 package taskpick
 
-import "github.com/coordkit/coordkit/libs/server"
+import (
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/libs/server"
+)
 
 // Answers are bounded in bytes, so that no request can make the service build (and the
 // client receive) an answer of hundreds of megabytes: 1,000 Gets of one 256 KiB task in a
@@ -27,3 +30,26 @@ var MinAnswerBytes = AnswerBytes(MaxPayloadBytes, server.MaxKeyBytes+MaxReasonBy
 
 // DefaultMaxAnswerBytes is the answer limit when Config leaves it unset.
 const DefaultMaxAnswerBytes = server.MaxResponseBytes
+
+// putTaskBytes bounds what one task of a Put costs in its answer, in either encoding: its
+// created and duplicate flags and existing state, and for a task with a unique key the id
+// of a task holding the key (at most server.MaxKeyBytes, 6 bytes a byte in JSON).
+func putTaskBytes(t *taskpickv1.NewTask) int {
+	if t.GetUniqueKey() == "" {
+		return 24
+	}
+	return 24 + 6*server.MaxKeyBytes
+}
+
+// checkPutAnswer refuses a Put whose answer could pass the answer limit: only one with many
+// tasks with unique keys under a small configured limit can.
+func (s *Service) checkPutAnswer(tasks []*taskpickv1.NewTask) error {
+	n := answerSlack
+	for _, t := range tasks {
+		n += putTaskBytes(t)
+	}
+	if n > s.maxAnswer {
+		return server.InvalidField("tasks", "could answer %d bytes, over the service's answer limit of %d: send fewer tasks with unique keys per Put", n, s.maxAnswer)
+	}
+	return nil
+}

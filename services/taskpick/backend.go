@@ -65,6 +65,54 @@ type NewTask struct {
 	Priority    int32
 	Delay       time.Duration // from the backend's clock at the put; 0 means now
 	MaxAttempts uint32
+	// UniqueKey, when not empty, makes the task unique in its pool for UniqueScope.
+	UniqueKey   string
+	UniqueScope UniqueScope
+	// UniquePeriod is how long a UniquePeriodScope key is held from the put.
+	UniquePeriod time.Duration
+}
+
+// UniqueScope says how long a task's unique key is held (see the proto's UniqueScope).
+type UniqueScope int
+
+// Scopes of a unique key.
+const (
+	// UniqueQueued holds the key while the task is available or delayed and was not picked
+	// since it was put or requeued (its attempt count is 0).
+	UniqueQueued UniqueScope = iota + 1
+	// UniqueActive holds the key while the task is available, delayed or leased.
+	UniqueActive
+	// UniquePeriodScope holds the key for UniquePeriod from the put, whatever the task does.
+	UniquePeriodScope
+)
+
+// Holds reports whether a key of scope s claimed by a task is still held, given that task's
+// state and attempt count (exists false when the task is gone). UniquePeriodScope keys are
+// judged by their own end, not by the task.
+func (s UniqueScope) Holds(exists bool, st State, attempt uint32) bool {
+	if !exists {
+		return false
+	}
+	switch s {
+	case UniqueQueued:
+		return (st == Available || st == Delayed) && attempt == 0
+	case UniqueActive:
+		return st == Available || st == Delayed || st == Leased
+	}
+	return false
+}
+
+// PutResult is what a Put did with one task.
+type PutResult struct {
+	// Created is true when the task was added.
+	Created bool
+	// Duplicate is true when the task was not added because the task HolderID holds its
+	// unique key.
+	Duplicate bool
+	// HolderID is, for a duplicate, the task holding the key.
+	HolderID string
+	// HolderState is, for a duplicate, the holder's state; 0 when it no longer exists.
+	HolderState State
 }
 
 // LeasedTask is a picked task.
@@ -153,9 +201,13 @@ type Recovered struct {
 // Nack and Extend check the token and the lease's end in the same step that changes the task.
 // The backend's own clock decides when a lease ends and when a delayed task is due.
 type Backend interface {
-	// Put adds the tasks that do not exist in pool; created[i] says whether tasks[i] was added.
-	// It writes all of them or none.
-	Put(ctx context.Context, pool string, tasks []NewTask) (created []bool, err error)
+	// Put adds the tasks that do not exist in pool, in order, and says per task what it did.
+	// A task with a UniqueKey that another task of pool holds (UniqueScope.Holds, or a
+	// UniquePeriodScope key whose period has not passed) is a duplicate and is not added;
+	// otherwise a task that is added claims its key. A task whose id exists is not added
+	// and claims nothing. It writes all of them or none, and is exact under concurrent Puts
+	// of one key from any number of instances.
+	Put(ctx context.Context, pool string, tasks []NewTask) ([]PutResult, error)
 	// Pick leases up to spec.N available tasks of pool, in spec.Order, and returns them in
 	// that order (pick order), each under its digest, within spec.MaxBytes.
 	Pick(ctx context.Context, pool string, spec PickSpec) (Picked, error)

@@ -100,19 +100,45 @@ func answerFull(limit int) error {
 	return fmt.Errorf("%w: this Get's task does not fit in the %d bytes a batch answers; send it again, or alone", errAnswerFull, limit)
 }
 
-// reserve is what op's answer is reserved.
-func reserve(op *taskpickv1.BatchOperation) int { return opReserve + 6*len(op.GetPut().GetTasks()) }
+// reserve is what op's answer is reserved before any operation runs.
+func reserve(op *taskpickv1.BatchOperation) int { return opReserve + 24*len(op.GetPut().GetTasks()) }
+
+// uniqueReserve is what a Put's answer may need beyond reserve: the id of a task holding
+// the key of each of its tasks with a unique key. It comes out of what the answer has left
+// when the Put runs, as a Get's task does.
+func uniqueReserve(op *taskpickv1.BatchOperation) int {
+	n := 0
+	for _, t := range op.GetPut().GetTasks() {
+		n += putTaskBytes(t) - 24
+	}
+	return n
+}
+
+// errPutAnswerFull answers a Put of a batch whose answer has no room left for the ids its
+// tasks with unique keys might answer.
+func putAnswerFull(limit int) error {
+	return fmt.Errorf("%w: this Put's tasks with unique keys might not fit in the %d bytes a batch answers; send it again, or alone", errAnswerFull, limit)
+}
 
 // resultBytes bounds a result's size in either encoding, as AnswerBytes does a task's.
 func resultBytes(r *taskpickv1.BatchResult) int { return 6*proto.Size(r) + 16 }
 
 // runOperation runs one operation of a batch and wraps its answer or error; it also returns
 // the error, for the batch's log line.
-func (s *Service) runOperation(ctx context.Context, op *taskpickv1.BatchOperation, budget *batchBudget) (*taskpickv1.BatchResult, error) {
+func (s *Service) runOperation(ctx context.Context, bop *taskpickv1.BatchOperation, budget *batchBudget) (*taskpickv1.BatchResult, error) {
 	var res taskpickv1.BatchResult
 	var err error
-	switch op := op.GetOperation().(type) {
+	var held int64 // a Put's uniqueReserve, given back once its answer's size is charged
+	switch op := bop.GetOperation().(type) {
 	case *taskpickv1.BatchOperation_Put:
+		if extra := int64(uniqueReserve(bop)); extra > 0 {
+			if budget.left.Add(-extra) < 0 {
+				budget.left.Add(extra)
+				err = putAnswerFull(s.maxAnswer)
+				break
+			}
+			held = extra
+		}
 		var r *taskpickv1.PutResponse
 		if r, err = s.Put(ctx, op.Put); err == nil {
 			res.Result = &taskpickv1.BatchResult_Put{Put: r}
@@ -144,11 +170,13 @@ func (s *Service) runOperation(ctx context.Context, op *taskpickv1.BatchOperatio
 		code, msg := server.OperationError(ctx, err)
 		res.Error = &taskpickv1.BatchError{Code: code.String(), Message: msg}
 	}
-	if op.GetGet() == nil || res.Error != nil {
-		// An answer beyond its reserve (a long error message) leaves the Gets less.
-		if over := resultBytes(&res) - reserve(op); over > 0 {
+	if bop.GetGet() == nil || res.Error != nil {
+		// An answer beyond its reserve (a long error message, a duplicate's holder id)
+		// leaves the Gets less.
+		if over := resultBytes(&res) - reserve(bop); over > 0 {
 			budget.left.Add(-int64(over))
 		}
 	}
+	budget.left.Add(held)
 	return &res, err
 }

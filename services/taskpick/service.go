@@ -131,24 +131,45 @@ func (s *Service) Put(ctx context.Context, req *taskpickv1.PutRequest) (*taskpic
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkPutAnswer(req.GetTasks()); err != nil {
+		return nil, err
+	}
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
 		return nil, err
 	}
-	created, err := b.Put(ctx, req.GetPool(), tasks)
+	results, err := b.Put(ctx, req.GetPool(), tasks)
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
+	resp := putResponse(results)
 	n := 0
-	for i, c := range created {
-		if c && tasks[i].Delay == 0 {
+	for i, r := range results {
+		if r.Created && tasks[i].Delay == 0 {
 			n++
 		}
 	}
-	s.count(name, "put", countTrue(created))
-	s.count(name, "exists", len(created)-countTrue(created))
+	dups := countTrue(resp.Duplicate)
+	s.count(name, "put", countTrue(resp.Created))
+	s.count(name, "duplicate", dups)
+	s.count(name, "exists", len(results)-countTrue(resp.Created)-dups)
 	s.announce(name, req.GetPool(), n)
-	return &taskpickv1.PutResponse{Created: created}, nil
+	return resp, nil
+}
+
+// putResponse maps a backend's Put results.
+func putResponse(results []PutResult) *taskpickv1.PutResponse {
+	resp := &taskpickv1.PutResponse{
+		Created: make([]bool, len(results)), Duplicate: make([]bool, len(results)),
+		ExistingId: make([]string, len(results)), ExistingState: make([]taskpickv1.State, len(results)),
+	}
+	for i, r := range results {
+		resp.Created[i], resp.Duplicate[i] = r.Created, r.Duplicate
+		if r.Duplicate {
+			resp.ExistingId[i], resp.ExistingState[i] = r.HolderID, taskpickv1.State(r.HolderState)
+		}
+	}
+	return resp
 }
 
 func countTrue(bs []bool) int {

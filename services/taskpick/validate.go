@@ -41,6 +41,9 @@ const (
 	MaxListDead = 1000
 	// DefaultListDead is ListDead's limit when none is asked for.
 	DefaultListDead = 100
+	// MaxUniquePeriod is the longest unique_period; unique keys follow the ids' rule
+	// (server.CheckKey: at most server.MaxKeyBytes).
+	MaxUniquePeriod = 30 * 24 * time.Hour
 )
 
 // checkToken refuses token 0: no lease ever has it.
@@ -95,8 +98,52 @@ func parseTasks(in []*taskpickv1.NewTask, now time.Time) ([]NewTask, error) {
 			return nil, err
 		}
 		out[i] = NewTask{ID: t.GetId(), Payload: t.GetPayload(), Priority: t.GetPriority(), Delay: delay, MaxAttempts: maxA}
+		if err := parseUnique(field, t, &out[i]); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// parseUnique validates a task's unique_key, unique_scope and unique_period into nt.
+func parseUnique(field func(string) string, t *taskpickv1.NewTask, nt *NewTask) error {
+	key, scope, period := t.GetUniqueKey(), t.GetUniqueScope(), t.GetUniquePeriod()
+	if key == "" {
+		if scope != taskpickv1.UniqueScope_UNIQUE_SCOPE_UNSPECIFIED {
+			return server.InvalidField(field("unique_scope"), "is set without a unique_key")
+		}
+		if period != nil {
+			return server.InvalidField(field("unique_period"), "is set without a unique_key")
+		}
+		return nil
+	}
+	if err := server.CheckKey(field("unique_key"), key); err != nil {
+		return err
+	}
+	nt.UniqueKey = key
+	switch scope {
+	case taskpickv1.UniqueScope_UNIQUE_SCOPE_UNSPECIFIED, taskpickv1.UniqueScope_UNIQUE_SCOPE_ACTIVE:
+		nt.UniqueScope = UniqueActive
+	case taskpickv1.UniqueScope_UNIQUE_SCOPE_QUEUED:
+		nt.UniqueScope = UniqueQueued
+	case taskpickv1.UniqueScope_UNIQUE_SCOPE_PERIOD:
+		nt.UniqueScope = UniquePeriodScope
+		if period == nil {
+			return server.InvalidField(field("unique_period"), "is required with UNIQUE_SCOPE_PERIOD")
+		}
+		d, err := server.DurationIn(field("unique_period"), period, 0, time.Millisecond, MaxUniquePeriod)
+		if err != nil {
+			return err
+		}
+		nt.UniquePeriod = d
+		return nil
+	default:
+		return server.InvalidField(field("unique_scope"), "%d is not a known scope (UNIQUE_SCOPE_QUEUED, UNIQUE_SCOPE_ACTIVE or UNIQUE_SCOPE_PERIOD)", int32(scope))
+	}
+	if period != nil {
+		return server.InvalidField(field("unique_period"), "is only for UNIQUE_SCOPE_PERIOD")
+	}
+	return nil
 }
 
 // delayUntil is how long until ts (0 when unset or past), at most MaxDelay.

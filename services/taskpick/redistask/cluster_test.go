@@ -44,10 +44,10 @@ func TestClusterOfThreeHostileNames(t *testing.T) {
 		nodes[redisslot.Of(pool)*len(cluster.Nodes)/redisslot.Count] = true
 		tasks := make([]taskpick.NewTask, len(hostileNames))
 		for i, id := range hostileNames {
-			tasks[i] = taskpick.NewTask{ID: id, Payload: []byte(id), Priority: int32(i), MaxAttempts: 1}
+			tasks[i] = taskpick.NewTask{ID: id, Payload: []byte(id), Priority: int32(i), MaxAttempts: 1, UniqueKey: id, UniqueScope: taskpick.UniqueActive}
 		}
 		created, err := a.Put(ctx, pool, tasks)
-		if err != nil || len(created) != len(tasks) || !created[0] {
+		if err != nil || len(created) != len(tasks) || !created[0].Created {
 			t.Fatalf("Put(%q) = %v, %v", pool, created, err)
 		}
 		picked, err := b.Pick(ctx, pool, spec(len(tasks), taskpick.Priority))

@@ -13,6 +13,7 @@
 //	<prefix>:{T}:seq:<pool>      a counter that orders tasks that became ready in one ms
 //	<prefix>:{T}:reg:<pool>      set while the pool is in the pools hash
 //	<prefix>:{T}:task:<pool>\0<id>  the task hash
+//	<prefix>:{T}:task:<pool>\0\0<key>  a unique key: its scope and holder (see putScript)
 //	<prefix>:pools               pool -> registration generation: the pools a sweep visits
 //
 // Tasks live in exactly one of ready (both sets), delayed, leased, dead or done. Redis's own
@@ -113,21 +114,27 @@ func (b *Backend) register(ctx context.Context, pool string, flag int64) error {
 }
 
 // Put implements taskpick.Backend.
-func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask) ([]bool, error) {
-	args := make([]any, 0, 5*len(tasks))
+func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask) ([]taskpick.PutResult, error) {
+	args := make([]any, 0, 8*len(tasks))
 	for _, t := range tasks {
-		args = append(args, t.ID, t.Payload, t.Priority, ceilMillis(t.Delay), t.MaxAttempts)
+		args = append(args, t.ID, t.Payload, t.Priority, ceilMillis(t.Delay), t.MaxAttempts,
+			t.UniqueKey, int(t.UniqueScope), ceilMillis(t.UniquePeriod))
 	}
 	v, err := b.run(ctx, putScript, pool, args...)
 	if err != nil {
 		return nil, err
 	}
 	vals := v.([]any)
-	created := make([]bool, len(vals))
-	for i, x := range vals {
-		created[i] = x.(int64) == 1
+	out := make([]taskpick.PutResult, len(vals)/3)
+	for i := range out {
+		switch toInt(vals[3*i]) {
+		case 1:
+			out[i].Created = true
+		case 2:
+			out[i] = taskpick.PutResult{Duplicate: true, HolderID: str(vals[3*i+1]), HolderState: taskpick.State(toInt(vals[3*i+2]))}
+		}
 	}
-	return created, nil
+	return out, nil
 }
 
 // orderArg names an order for pickScript.

@@ -31,6 +31,12 @@ local function promote(limit)
   end
   return #due / 2
 end
+-- unclaim deletes the queued or active unique key of the task at key, about to be deleted,
+-- if the key still names it: storage stays bounded by the tasks.
+local function unclaim(key, id)
+  local uk, us = unpack(redis.call('HMGET', key, 'uk', 'us'))
+  if uk and us ~= '3' and redis.call('GET', P .. '\0' .. uk) == us .. id then redis.call('DEL', P .. '\0' .. uk) end
+end
 local function register()
   if redis.call('EXISTS', K_REG) == 1 then return 0 end
   redis.call('SET', K_REG, 1)
@@ -50,14 +56,54 @@ local function cost(plen, slen)
 end
 `
 
+// putScript: ARGV[2..] per task: id, payload, priority, delay ms, max attempts, unique key
+// ('' for none), unique scope (1 queued, 2 active, 3 period), unique period ms. Returns per
+// task: result (1 created, 0 id exists, 2 duplicate), holder id, holder state (0 gone, then
+// as taskpick.State).
+//
+// A unique key lives at P .. '\0' .. key (no task id holds NUL, so it never names a task
+// hash) and holds the id of the task that claimed it; that task's hash keeps the key (uk)
+// and scope (us). A queued or active key is held while its task still has that key and is
+// in scope (taskpick.UniqueScope.Holds); it is deleted with its task's hash. A period key
+// expires by itself (PX).
 var putScript = redis.NewScript(prelude + `
 local out = {}
 local tok = string.format('%.0f', (now + 2) * 1024)
+local function state(key)
+  local st, ra, at = unpack(redis.call('HMGET', key, 'st', 'ra', 'at'))
+  if not st then return 0, 0 end
+  if st == '1' then
+    if tonumber(ra) > now then return 2, tonumber(at) end
+    return 1, tonumber(at)
+  end
+  return tonumber(st) + 1, tonumber(at)
+end
+local function holder(ukey)
+  local v = redis.call('GET', P .. '\0' .. ukey)
+  if not v then return nil end
+  local hid = string.sub(v, 2)
+  local s, at = state(P .. hid)
+  if string.sub(v, 1, 1) == '3' then return hid, s end
+  local uk, us = unpack(redis.call('HMGET', P .. hid, 'uk', 'us'))
+  if uk ~= ukey then return nil end
+  if us == '1' and (s == 1 or s == 2) and at == 0 then return hid, s end
+  if us == '2' and s >= 1 and s <= 3 then return hid, s end
+  return nil
+end
 local i = 2
 while i <= #ARGV do
   local id, payload, prio, delay, maxa = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
+  local ukey, uscope, uperiod = ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
   local key = P .. id
-  if redis.call('EXISTS', key) == 1 then
+  local hid, hst
+  if ukey ~= '' then hid, hst = holder(ukey) end
+  if hid and hid ~= id then
+    out[#out + 1] = 2
+    out[#out + 1] = hid
+    out[#out + 1] = hst
+  elseif redis.call('EXISTS', key) == 1 then
+    out[#out + 1] = 0
+    out[#out + 1] = ''
     out[#out + 1] = 0
   else
     redis.call('HSET', key, 'p', payload, 'pr', prio, 'tk', tok, 'at', 0, 'ma', maxa, 'f', 0, 'r', 0, 'e', '')
@@ -67,9 +113,19 @@ while i <= #ARGV do
     else
       ready(id, key, prio, now)
     end
+    if ukey ~= '' then
+      redis.call('HSET', key, 'uk', ukey, 'us', uscope)
+      if uscope == '3' then
+        redis.call('SET', P .. '\0' .. ukey, uscope .. id, 'PX', uperiod)
+      else
+        redis.call('SET', P .. '\0' .. ukey, uscope .. id)
+      end
+    end
     out[#out + 1] = 1
+    out[#out + 1] = ''
+    out[#out + 1] = 0
   end
-  i = i + 5
+  i = i + 8
 end
 return out
 `)
@@ -132,6 +188,7 @@ if keep > 0 then
   redis.call('ZADD', K_DONE, now + keep, id)
   return {1, register()}
 end
+unclaim(key, id)
 redis.call('DEL', key)
 return {1, 0}
 `)
@@ -260,6 +317,7 @@ end
 local promoted = promote(limit)
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DONE, '-inf', now, 'LIMIT', 0, limit)) do
   redis.call('ZREM', K_DONE, id)
+  unclaim(P .. id, id)
   redis.call('DEL', P .. id)
 end
 local idle = 0

@@ -137,8 +137,52 @@ func leaseHashColumn(d sqldb.Dialect) string {
 	return `ALTER TABLE ` + table + ` ADD COLUMN lease_hash VARBINARY(64) NOT NULL DEFAULT ''`
 }
 
+// uniqueTable holds the unique keys of tasks: per (pool, ukey), the task that claimed it last
+// (id, and task_seq, its row's seq, which no later row of the same id shares), its scope
+// (taskpick.UniqueScope) and, for a period key, when the period ends (until_ms, the
+// database's clock). Whether the key is still held is judged at each Put from this row and
+// the task's (see uniqueput.go); rows whose key is free and whose task is gone are deleted
+// by the sweep. A table of its own, so that a table of tasks from before unique tasks needs
+// no change.
+const uniqueTable = "coordkit_task_unique"
+
+// uniqueSchema creates uniqueTable.
+func uniqueSchema(d sqldb.Dialect) string {
+	switch d.Name {
+	case "sqlite":
+		return `CREATE TABLE IF NOT EXISTS ` + uniqueTable + ` (
+		pool     TEXT    NOT NULL,
+		ukey     TEXT    NOT NULL,
+		id       TEXT    NOT NULL,
+		task_seq INTEGER NOT NULL,
+		scope    INTEGER NOT NULL,
+		until_ms INTEGER NOT NULL,
+		PRIMARY KEY (pool, ukey)
+	)`
+	case "postgres":
+		return `CREATE TABLE IF NOT EXISTS ` + uniqueTable + ` (
+		pool     ` + d.Key + ` NOT NULL,
+		ukey     ` + d.Key + ` NOT NULL,
+		id       ` + d.Key + ` NOT NULL,
+		task_seq BIGINT   NOT NULL,
+		scope    SMALLINT NOT NULL,
+		until_ms BIGINT   NOT NULL,
+		PRIMARY KEY (pool, ukey)
+	)`
+	}
+	return `CREATE TABLE IF NOT EXISTS ` + uniqueTable + ` (
+		pool     VARBINARY(512) NOT NULL,
+		ukey     VARBINARY(512) NOT NULL,
+		id       VARBINARY(512) NOT NULL,
+		task_seq BIGINT UNSIGNED NOT NULL,
+		scope    TINYINT        NOT NULL,
+		until_ms BIGINT         NOT NULL,
+		PRIMARY KEY (pool, ukey)
+	) ENGINE=InnoDB`
+}
+
 func migrate(ctx context.Context, db *sqldb.DB) error {
-	for _, q := range schema(db.Dialect) {
+	for _, q := range append(schema(db.Dialect), uniqueSchema(db.Dialect)) {
 		// Instances starting together may race to create the table or an index: PostgreSQL's
 		// IF NOT EXISTS checks before it creates, and the loser fails on the catalog's unique
 		// index once the winner commits. The object is then there, and the statement run

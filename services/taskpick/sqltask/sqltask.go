@@ -56,8 +56,9 @@ type Backend struct {
 	ownsDB bool
 	st     statements
 
-	mu      sync.Mutex
-	byCount map[string]*sql.Stmt // statements with n placeholders, by text
+	mu           sync.Mutex
+	byCount      map[string]*sql.Stmt // statements with n placeholders, by text
+	uniqueCursor [2]string            // (pool, ukey) where purgeUnique goes on
 }
 
 var _ taskpick.Backend = (*Backend)(nil)

@@ -10,6 +10,7 @@ import (
 // closes every statement with arguments, three round trips instead of one.
 type statements struct {
 	now, insert, ack, extend, nack, lookup, nextDue, get, stats, requeue, listDead, countDead *sql.Stmt
+	uniqueLock, uniqueRead, uniqueTask, uniqueSeq, uniqueClaim                                *sql.Stmt
 }
 
 // leaseCheck is the WHERE of every statement a lease holder makes: the task is leased, by
@@ -34,7 +35,7 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 	} else {
 		ack = "DELETE FROM " + table + leaseCheck(now)
 	}
-	for _, p := range []struct {
+	for _, p := range append([]struct {
 		st **sql.Stmt
 		q  string
 	}{
@@ -63,7 +64,7 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 			" WHERE pool = ? AND id = ? AND state = " + dead},
 		{&s.listDead, "SELECT " + taskCols + ", 0 FROM " + table + " WHERE pool = ? AND state = " + dead + " ORDER BY run_at, seq LIMIT ?"},
 		{&s.countDead, "SELECT COUNT(*) FROM " + table + " WHERE pool = ? AND state = " + dead},
-	} {
+	}, uniqueStatements(s, d.Name, d.ForUpdate)...) {
 		st, err := b.db.PrepareContext(ctx, p.q)
 		if err != nil {
 			return err
@@ -74,7 +75,8 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 }
 
 func (s *statements) close() {
-	for _, st := range []*sql.Stmt{s.now, s.insert, s.ack, s.extend, s.nack, s.lookup, s.nextDue, s.get, s.stats, s.requeue, s.listDead, s.countDead} {
+	for _, st := range []*sql.Stmt{s.now, s.insert, s.ack, s.extend, s.nack, s.lookup, s.nextDue, s.get, s.stats, s.requeue, s.listDead, s.countDead,
+		s.uniqueLock, s.uniqueRead, s.uniqueTask, s.uniqueSeq, s.uniqueClaim} {
 		if st != nil {
 			st.Close()
 		}

@@ -11,6 +11,9 @@ import (
 // expiredMsg is the last_error of a task whose last attempt's lease ran out.
 const expiredMsg = "lease expired on the last attempt (worker crashed or hung)"
 
+// uniquePurgeLimit bounds the unique keys one sweep visits (purgeUnique).
+const uniquePurgeLimit = 200
+
 // Sweep implements taskpick.Backend: a transaction locks up to limit leases that ended
 // (skipping rows another sweeper or picker holds) and returns them to available, or dead on
 // their last attempt; then done tasks past the retention are deleted.
@@ -76,6 +79,9 @@ func (b *Backend) Sweep(ctx context.Context, limit int) ([]taskpick.Recovered, e
 		if err := b.purgeDone(ctx, limit); err != nil {
 			return nil, b.fail(ctx, err)
 		}
+	}
+	if err := b.purgeUnique(ctx, min(limit, uniquePurgeLimit)); err != nil {
+		return nil, b.fail(ctx, err)
 	}
 	out := make([]taskpick.Recovered, 0, len(order))
 	for _, p := range order {
