@@ -41,6 +41,11 @@ var behaviours = []struct {
 	{"HugeTokensAreWrongTokens", testHugeTokens},
 	{"MultiTaskPickAnswersInPickOrder", testPickOrder},
 	{"PickAndListDeadStayWithinTheAnswerLimit", testAnswerLimit},
+	{"UniqueActiveHeldUntilAckOrDeath", testUniqueActive},
+	{"UniqueQueuedFreedByPick", testUniqueQueued},
+	{"UniquePeriodOutlivesItsTask", testUniquePeriod},
+	{"UniqueExactUnder64ConcurrentPuts", testUniqueConcurrent},
+	{"UniqueOverlappingBatchesNeitherRaceNorDeadlock", testUniqueOverlapping},
 }
 
 func TestConformance(t *testing.T) {

@@ -57,7 +57,7 @@ end
 `
 
 // putScript: ARGV[2..] per task: id, payload, priority, delay ms, max attempts, unique key
-// ('' for none), unique scope (1 queued, 2 active, 3 period), unique period ms. Returns per
+// (empty for none), unique scope (1 queued, 2 active, 3 period), unique period ms. Returns per
 // task: result (1 created, 0 id exists, 2 duplicate), holder id, holder state (0 gone, then
 // as taskpick.State).
 //

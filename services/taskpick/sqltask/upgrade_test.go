@@ -72,6 +72,14 @@ func TestUpgradeAddsLeaseHash(t *testing.T) {
 	if err := b.Ack(ctx, "p", "old", taskpick.Lease{Token: picked.Tasks[0].Token, Digest: digest}); err != nil {
 		t.Fatalf("Ack of the new lease: %v", err)
 	}
+	// Unique tasks work on the old table: their keys live in a table the open created.
+	res, err := b.Put(ctx, "p", []taskpick.NewTask{
+		{ID: "u1", MaxAttempts: 1, UniqueKey: "k", UniqueScope: taskpick.UniqueActive},
+		{ID: "u2", MaxAttempts: 1, UniqueKey: "k", UniqueScope: taskpick.UniqueActive},
+	})
+	if err != nil || !res[0].Created || !res[1].Duplicate || res[1].HolderID != "u1" {
+		t.Fatalf("unique Put on an upgraded table = %+v, %v; want u1 created, u2 its duplicate", res, err)
+	}
 	// A second open finds the column and adds nothing.
 	again, err := sqltask.OpenSQLite(ctx, path, sqltask.Config{})
 	if err != nil {
