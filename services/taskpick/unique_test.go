@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/coordkit/coordkit/libs/client"
 	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/services/taskpick"
@@ -303,4 +304,39 @@ func TestUniqueAnswersStayWithinTheLimit(t *testing.T) {
 	}
 	_, err = in.client.Put(ctx, &taskpickv1.PutRequest{Pool: p, Tasks: many})
 	wantCode(t, err, connect.CodeInvalidArgument)
+}
+
+// TestSDKUniquePuts: 64 goroutines put one unique key through one SDK client, whose batching
+// sends concurrent Puts together as Batch operations: one task is added, every answer names
+// it, and the duplicates say so.
+func TestSDKUniquePuts(t *testing.T) {
+	t.Parallel()
+	in := startInstance(t, "redis", redisStore(t)(t), nil)
+	c := client.New(in.url)
+	p := pool(t, "sdk")
+	results := make([]client.PutResult, 64)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			var err error
+			results[i], err = c.Put(ctx, p, fmt.Sprint("job", i), nil, client.WithUniqueKey("one"),
+				client.WithUniquePeriod(time.Hour), client.WithPriority(3))
+			if err != nil {
+				t.Errorf("Put %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	created := 0
+	for i, r := range results {
+		if r.ID != results[0].ID || r.Created == r.Duplicate {
+			t.Fatalf("Put %d answered %+v, Put 0 %+v: want one task named by all, each created or a duplicate", i, r, results[0])
+		}
+		if r.Created {
+			created++
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d Puts created a task, want 1", created)
+	}
 }
