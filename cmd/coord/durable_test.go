@@ -108,7 +108,7 @@ func TestDurableChild(t *testing.T) {
 		}
 		id := owner + "-" + strconv.Itoa(i)
 		created, err := s.tasks.Put(ctx, durablePool, []taskpick.NewTask{{ID: id, MaxAttempts: 1}})
-		if err != nil || !created[0] {
+		if err != nil || !created[0].Created {
 			t.Fatalf("put: %v, %v", created, err)
 		}
 		fmt.Fprintf(out, "put %s\n", id)

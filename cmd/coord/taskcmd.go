@@ -26,12 +26,15 @@ var taskVerbs = []struct {
 	min, max              int
 	flags                 func(*pflag.FlagSet, *taskFlags)
 }{
-	{"put", "POOL ID", "add a task; an existing id is left unchanged", 2, 2, func(fs *pflag.FlagSet, f *taskFlags) {
+	{"put", "POOL ID", "add a task; an existing id, or a unique key another task holds, adds nothing", 2, 2, func(fs *pflag.FlagSet, f *taskFlags) {
 		fs.StringVar(&f.payload, "payload", "", "the task's payload")
 		fs.StringVar(&f.payloadFile, "payload-file", "", "read the payload from this file instead")
 		fs.Int32Var(&f.priority, "priority", 0, "higher is picked first by --order priority")
 		fs.DurationVar(&f.delay, "delay", 0, "not picked before this much time has passed")
 		fs.Uint32Var(&f.maxAttempts, "max-attempts", 0, "picks before the task is dead; 0 means the service's default (25)")
+		fs.StringVar(&f.unique, "unique", "", "a unique key: while another task of the pool holds it, print that task (a duplicate) instead of adding one")
+		fs.StringVar(&f.uniqueScope, "unique-scope", "", "how long the key is held: queued (until first picked), active (until acked or dead; the default) or period")
+		fs.DurationVar(&f.uniquePeriod, "unique-period", 0, "with --unique-scope period (implied): hold the key this long from the put")
 	}},
 	{"pick", "POOL", "lease tasks; prints each with the LEASE ack, nack and extend need", 1, 1, func(fs *pflag.FlagSet, f *taskFlags) {
 		fs.Uint32Var(&f.count, "count", 1, "how many tasks at most, 1 to 100")
@@ -130,6 +133,9 @@ type taskFlags struct {
 	ttl, wait, retryAfter     time.Duration
 	order, reason             string
 	orderValue                taskpickv1.Order
+	unique, uniqueScope       string
+	uniquePeriod              time.Duration
+	uniqueScopeValue          taskpickv1.UniqueScope
 	positional                []string
 	pool, id                  string
 	token                     uint64
@@ -157,6 +163,34 @@ func (f *taskFlags) check(positional []string, synopsis string) error {
 		if f.orderValue, err = parseOrder(f.order); err != nil {
 			return err
 		}
+	}
+	return f.checkUnique()
+}
+
+// uniqueScopeNames maps the CLI's unique scope names to the API's.
+var uniqueScopeNames = map[string]taskpickv1.UniqueScope{
+	"queued": taskpickv1.UniqueScope_UNIQUE_SCOPE_QUEUED,
+	"active": taskpickv1.UniqueScope_UNIQUE_SCOPE_ACTIVE,
+	"period": taskpickv1.UniqueScope_UNIQUE_SCOPE_PERIOD,
+}
+
+// checkUnique reads --unique-scope (a CLI name or the API's enum name); --unique-period
+// alone means the period scope. What the service checks (a scope without a key, a period
+// out of range) it answers itself.
+func (f *taskFlags) checkUnique() error {
+	if f.uniqueScope != "" {
+		v, ok := uniqueScopeNames[strings.ToLower(f.uniqueScope)]
+		if !ok {
+			n, known := taskpickv1.UniqueScope_value[strings.ToUpper(f.uniqueScope)]
+			if !known || n == 0 {
+				return fmt.Errorf("--unique-scope: unknown scope %q (queued, active, period)", f.uniqueScope)
+			}
+			v = taskpickv1.UniqueScope(n)
+		}
+		f.uniqueScopeValue = v
+	}
+	if f.uniquePeriod != 0 && f.uniqueScope == "" {
+		f.uniqueScopeValue = taskpickv1.UniqueScope_UNIQUE_SCOPE_PERIOD
 	}
 	return nil
 }
@@ -196,15 +230,23 @@ func callTask(ctx context.Context, verb string, f *taskFlags, stdout, stderr io.
 			}
 			payload = b
 		}
-		nt := &taskpickv1.NewTask{Id: f.id, Payload: payload, Priority: f.priority, MaxAttempts: f.maxAttempts}
+		nt := &taskpickv1.NewTask{Id: f.id, Payload: payload, Priority: f.priority, MaxAttempts: f.maxAttempts,
+			UniqueKey: f.unique, UniqueScope: f.uniqueScopeValue}
 		if f.delay > 0 {
 			nt.RunAt = timestamppb.New(time.Now().Add(f.delay))
 		}
+		if f.uniquePeriod != 0 {
+			nt.UniquePeriod = durationpb.New(f.uniquePeriod)
+		}
 		r, err := tasks.Put(ctx, &taskpickv1.PutRequest{Backend: backend, Pool: f.pool, Tasks: []*taskpickv1.NewTask{nt}})
 		if err == nil && human {
-			if len(r.GetCreated()) == 1 && r.GetCreated()[0] {
+			switch {
+			case len(r.GetCreated()) == 1 && r.GetCreated()[0]:
 				fmt.Fprintf(stdout, "put %s\n", where)
-			} else {
+			case len(r.GetDuplicate()) == 1 && r.GetDuplicate()[0] && len(r.GetExistingId()) == 1 && len(r.GetExistingState()) == 1:
+				fmt.Fprintf(stdout, "duplicate: %s/%s holds unique key %q (%s); %s not added\n", f.pool, r.GetExistingId()[0],
+					f.unique, stateName(r.GetExistingState()[0]), f.id)
+			default:
 				fmt.Fprintf(stdout, "%s already exists: left unchanged\n", where)
 			}
 		}
@@ -292,7 +334,7 @@ func callTask(ctx context.Context, verb string, f *taskFlags, stdout, stderr io.
 
 // printTask prints one task on one line; at names its run_at (when it runs, or died).
 func printTask(w io.Writer, t *taskpickv1.Task, at string) {
-	state := strings.ToLower(strings.TrimPrefix(t.GetState().String(), "STATE_"))
+	state := stateName(t.GetState())
 	fmt.Fprintf(w, "%s  state=%s  attempt=%d/%d  failures=%d  recoveries=%d  priority=%d  %s=%s  payload=%s  last-error=%q\n",
 		t.GetId(), state, t.GetAttempt(), t.GetMaxAttempts(), t.GetFailures(), t.GetRecoveries(), t.GetPriority(),
 		at, fmtTime(t.GetRunAt()), fmtPayload(t.GetPayload()), t.GetLastError())
@@ -315,4 +357,13 @@ func fmtTime(ts *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return ts.AsTime().Local().Format(time.RFC3339Nano)
+}
+
+// stateName is how the CLI prints a task's state: available, leased, …; gone for a task that
+// no longer exists (a duplicate of a period key that outlived its task).
+func stateName(s taskpickv1.State) string {
+	if s == taskpickv1.State_STATE_UNSPECIFIED {
+		return "gone"
+	}
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STATE_"))
 }

@@ -100,6 +100,19 @@ CREATE TABLE coordkit.coordkit_lock_waiters (
 );
 
 --
+-- Name: coordkit_task_unique; Type: TABLE; Schema: coordkit; Owner: -
+--
+
+CREATE TABLE coordkit.coordkit_task_unique (
+    pool text NOT NULL COLLATE pg_catalog."C",
+    ukey text NOT NULL COLLATE pg_catalog."C",
+    id text NOT NULL COLLATE pg_catalog."C",
+    task_seq bigint NOT NULL,
+    scope smallint NOT NULL,
+    until_ms bigint NOT NULL
+);
+
+--
 -- Name: coordkit_tasks; Type: TABLE; Schema: coordkit; Owner: -
 --
 
@@ -168,6 +181,13 @@ ALTER TABLE ONLY coordkit.coordkit_lock_leases
 
 ALTER TABLE ONLY coordkit.coordkit_lock_waiters
     ADD CONSTRAINT coordkit_lock_waiters_pkey PRIMARY KEY (scope, lock_key, owner);
+
+--
+-- Name: coordkit_task_unique coordkit_task_unique_pkey; Type: CONSTRAINT; Schema: coordkit; Owner: -
+--
+
+ALTER TABLE ONLY coordkit.coordkit_task_unique
+    ADD CONSTRAINT coordkit_task_unique_pkey PRIMARY KEY (pool, ukey);
 
 --
 -- Name: coordkit_tasks coordkit_tasks_pkey; Type: CONSTRAINT; Schema: coordkit; Owner: -
