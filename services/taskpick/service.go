@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -142,14 +143,14 @@ func (s *Service) Put(ctx context.Context, req *taskpickv1.PutRequest) (*taskpic
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
-	resp := putResponse(results)
+	resp := putResponse(results, tasks)
 	n := 0
 	for i, r := range results {
 		if r.Created && tasks[i].Delay == 0 {
 			n++
 		}
 	}
-	dups := countTrue(resp.Duplicate)
+	dups := countTrue(resp.GetDuplicate())
 	s.count(name, "put", countTrue(resp.Created))
 	s.count(name, "duplicate", dups)
 	s.count(name, "exists", len(results)-countTrue(resp.Created)-dups)
@@ -157,16 +158,21 @@ func (s *Service) Put(ctx context.Context, req *taskpickv1.PutRequest) (*taskpic
 	return resp, nil
 }
 
-// putResponse maps a backend's Put results.
-func putResponse(results []PutResult) *taskpickv1.PutResponse {
-	resp := &taskpickv1.PutResponse{
-		Created: make([]bool, len(results)), Duplicate: make([]bool, len(results)),
-		ExistingId: make([]string, len(results)), ExistingState: make([]taskpickv1.State, len(results)),
-	}
+// putResponse maps a backend's Put results. The duplicate lists are left empty when no task
+// has a unique key, so that the answers of plain Puts stay as they were.
+func putResponse(results []PutResult, tasks []NewTask) *taskpickv1.PutResponse {
+	resp := &taskpickv1.PutResponse{Created: make([]bool, len(results))}
 	for i, r := range results {
-		resp.Created[i], resp.Duplicate[i] = r.Created, r.Duplicate
+		resp.Created[i] = r.Created
+	}
+	if !slices.ContainsFunc(tasks, func(t NewTask) bool { return t.UniqueKey != "" }) {
+		return resp
+	}
+	resp.Duplicate, resp.ExistingId = make([]bool, len(results)), make([]string, len(results))
+	resp.ExistingState = make([]taskpickv1.State, len(results))
+	for i, r := range results {
 		if r.Duplicate {
-			resp.ExistingId[i], resp.ExistingState[i] = r.HolderID, taskpickv1.State(r.HolderState)
+			resp.Duplicate[i], resp.ExistingId[i], resp.ExistingState[i] = true, r.HolderID, taskpickv1.State(r.HolderState)
 		}
 	}
 	return resp

@@ -398,14 +398,15 @@ type PutResponse struct {
 	// a duplicate.
 	Created []bool `protobuf:"varint,1,rep,packed,name=created,proto3" json:"created,omitempty"`
 	// duplicate[i] is true when tasks[i] was not added because another task of the pool holds
-	// its unique_key. One entry per task (all false when no task has a unique_key); services
-	// older than the field leave it empty.
+	// its unique_key. One entry per task when any task of the request has a unique_key, else
+	// empty (as from services older than the field).
 	Duplicate []bool `protobuf:"varint,10,rep,packed,name=duplicate,proto3" json:"duplicate,omitempty"`
 	// existing_id[i] is, when duplicate[i], the id of the task that holds the key; empty
-	// otherwise.
+	// otherwise. As long as duplicate.
 	ExistingId []string `protobuf:"bytes,11,rep,name=existing_id,json=existingId,proto3" json:"existing_id,omitempty"`
 	// existing_state[i] is, when duplicate[i], the state of that task when the Put saw it:
 	// STATE_UNSPECIFIED when it no longer exists (UNIQUE_SCOPE_PERIOD outlives its task).
+	// As long as duplicate.
 	ExistingState []State `protobuf:"varint,12,rep,packed,name=existing_state,json=existingState,proto3,enum=coordkit.taskpick.v1.State" json:"existing_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

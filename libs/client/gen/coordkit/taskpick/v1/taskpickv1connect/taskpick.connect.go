@@ -66,7 +66,9 @@ type TaskPickServiceClient interface {
 	// UniqueScope) is not added either: the answer names that task and its state, flagged as
 	// a duplicate, and is never an error. Tasks of one request are put in request order, so a
 	// later task repeating an earlier one's key is a duplicate of it. The batch is validated
-	// whole before anything is written.
+	// whole before anything is written; a Put whose tasks with unique keys could answer more
+	// than the service's answer limit (only under a limit set below 4 MiB) is
+	// invalid_argument.
 	Put(context.Context, *v1.PutRequest) (*v1.PutResponse, error)
 	// Pick atomically leases up to count available tasks and answers them in pick order: the
 	// order's first task first (for ORDER_PRIORITY, highest priority first and FIFO among
@@ -100,7 +102,10 @@ type TaskPickServiceClient interface {
 	// way on its own. Up to 1000 operations; the request itself fails only when it is not a
 	// valid batch. The one difference from single calls is the answer limit: a Get whose task
 	// does not fit in what the batch's answer has left fails alone with resource_exhausted
-	// (nothing was changed; send it again, or alone, where it always fits).
+	// (nothing was changed; send it again, or alone, where it always fits), and so does a Put
+	// whose tasks with unique keys could answer more than is left (a duplicate answers the
+	// holder's id, up to 512 bytes). Puts of one unique key in two operations of a batch add
+	// one task, and the other answers it as a duplicate, in no defined order.
 	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
 }
 
@@ -290,7 +295,9 @@ type TaskPickServiceHandler interface {
 	// UniqueScope) is not added either: the answer names that task and its state, flagged as
 	// a duplicate, and is never an error. Tasks of one request are put in request order, so a
 	// later task repeating an earlier one's key is a duplicate of it. The batch is validated
-	// whole before anything is written.
+	// whole before anything is written; a Put whose tasks with unique keys could answer more
+	// than the service's answer limit (only under a limit set below 4 MiB) is
+	// invalid_argument.
 	Put(context.Context, *v1.PutRequest) (*v1.PutResponse, error)
 	// Pick atomically leases up to count available tasks and answers them in pick order: the
 	// order's first task first (for ORDER_PRIORITY, highest priority first and FIFO among
@@ -324,7 +331,10 @@ type TaskPickServiceHandler interface {
 	// way on its own. Up to 1000 operations; the request itself fails only when it is not a
 	// valid batch. The one difference from single calls is the answer limit: a Get whose task
 	// does not fit in what the batch's answer has left fails alone with resource_exhausted
-	// (nothing was changed; send it again, or alone, where it always fits).
+	// (nothing was changed; send it again, or alone, where it always fits), and so does a Put
+	// whose tasks with unique keys could answer more than is left (a duplicate answers the
+	// holder's id, up to 512 bytes). Puts of one unique key in two operations of a batch add
+	// one task, and the other answers it as a duplicate, in no defined order.
 	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
 }
 
