@@ -197,7 +197,9 @@ func taskAbout(cfg taskBenchConfig) string {
 	return fmt.Sprintf("Put, then pick + ack of %d no-op tasks by %d workers through the task service in-process, per backend, "+
 		"with %s tasks per Pick, then the SDK's Work (work/…); next to hibiken/asynq processing as many no-op tasks on the "+
 		"same Redis as a library with concurrency %d (asynq/redis). tasks/s is over the pick + ack phase; vs asynq is "+
-		"tasks/s over asynq's.", cfg.tasks, cfg.workers, joinInts(cfg.counts), cfg.workers)
+		"tasks/s over asynq's. unique-put/… Puts as many single tasks with unique keys, each key twice (half are "+
+		"duplicates), next to asynq.Unique enqueues of as many (asynq-unique/redis); their vs asynq is put/s over "+
+		"asynq-unique's.", cfg.tasks, cfg.workers, joinInts(cfg.counts), cfg.workers)
 }
 
 // contendAbout says what `coordbench contend` measures with cfg, for the report.

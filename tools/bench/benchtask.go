@@ -41,6 +41,7 @@ type taskBenchConfig struct {
 	backends  []string
 	counts    []int
 	work      bool
+	unique    bool
 	asynq     bool
 	river     bool
 	redisAddr string
@@ -116,6 +117,14 @@ func measureTasks(ctx context.Context, cfg taskBenchConfig, stderr io.Writer) ([
 			results = append(results, r)
 		}
 	}
+	if cfg.asynq && cfg.unique && ctx.Err() == nil {
+		r, err := benchAsynqUnique(ctx, cfg)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			results = append(results, r)
+		}
+	}
 	if cfg.river && ctx.Err() == nil {
 		r, err := benchRiver(ctx, cfg)
 		if err != nil {
@@ -126,6 +135,7 @@ func measureTasks(ctx context.Context, cfg taskBenchConfig, stderr io.Writer) ([
 	}
 	addAsynqRatios(results)
 	addRiverRatios(results)
+	addUniqueRatios(results)
 	for _, r := range results {
 		if r.RatioRiver > 0 && strings.HasSuffix(r.Target, "/postgres") {
 			fmt.Fprintf(stderr, "bench: %s count %d: %.2f× river's tasks/s\n", r.Target, r.Count, r.RatioRiver)
@@ -146,6 +156,7 @@ func benchTaskFlags(fs *pflag.FlagSet) func() (taskBenchConfig, error) {
 	backends := fs.String("backends", strings.Join(taskBenchBackends, ","), "comma-separated backends to measure")
 	counts := fs.String("counts", "1,10", "comma-separated tasks per Pick, one run each")
 	fs.BoolVar(&cfg.work, "work", true, "also run the SDK's Work (WithConcurrency(workers), WithBatch(largest count)) per backend")
+	fs.BoolVar(&cfg.unique, "unique", true, "also measure Puts with unique keys (half of them duplicates) per backend, and asynq.Unique as their peer")
 	fs.BoolVar(&cfg.asynq, "asynq", true, "measure hibiken/asynq on --redis-addr as the peer")
 	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis of the redis backend and of asynq")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB of the mysql backend")
@@ -206,6 +217,12 @@ func benchTaskBackend(ctx context.Context, cfg taskBenchConfig, backend, stamp s
 		r.Target = "work/" + backend
 		out = append(out, r)
 		fmt.Fprintf(stderr, "bench: %s batch %d: %.0f tasks/s\n", r.Target, batch, r.TasksPerSec)
+	}
+	if cfg.unique && ctx.Err() == nil {
+		r := uniquePutRun(ctx, cfg, c.Tasks(), backend, fmt.Sprintf("bench-%s-%s-unique", stamp, backend))
+		r.Target = "unique-put/" + backend
+		out = append(out, r)
+		fmt.Fprintf(stderr, "bench: %s: %.0f puts/s\n", r.Target, r.PutPerSec)
 	}
 	return out, stop()
 }
@@ -274,6 +291,9 @@ var taskBenchDeps = map[string]func(ctx context.Context, cfg taskBenchConfig, st
 		closers.Add(db.Close)
 		closers.Add(func() error { // a run that failed midway leaves rows behind
 			_, err := db.ExecContext(context.WithoutCancel(ctx), "DELETE FROM coordkit_tasks WHERE pool LIKE ?", "bench-"+stamp+"-%")
+			if err == nil {
+				_, err = db.ExecContext(context.WithoutCancel(ctx), "DELETE FROM coordkit_task_unique WHERE pool LIKE ?", "bench-"+stamp+"-%")
+			}
 			return err
 		})
 		deps.MySQL = db
