@@ -19,8 +19,14 @@ func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask
 		if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
 			return err
 		}
-		if err := b.lockUniqueKeys(ctx, tx, pool, tasks); err != nil {
+		if locked, err := b.lockUniqueKeys(ctx, tx, pool, tasks); err != nil {
 			return err
+		} else if locked {
+			// The clock again: the locks may have waited for other Puts, whose tasks were
+			// put at later times than the first reading.
+			if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
+				return err
+			}
 		}
 		ins := tx.StmtContext(ctx, b.st.insert)
 		for i, t := range tasks {

@@ -59,6 +59,7 @@ type Backend struct {
 	mu           sync.Mutex
 	byCount      map[string]*sql.Stmt // statements with n placeholders, by text
 	uniqueCursor [2]string            // (pool, ukey) where purgeUnique goes on
+	uniquePurged time.Time            // when a sweep last ran purgeUnique
 }
 
 var _ taskpick.Backend = (*Backend)(nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"time"
 
 	"github.com/coordkit/coordkit/services/taskpick"
 )
@@ -11,8 +12,25 @@ import (
 // expiredMsg is the last_error of a task whose last attempt's lease ran out.
 const expiredMsg = "lease expired on the last attempt (worker crashed or hung)"
 
-// uniquePurgeLimit bounds the unique keys one sweep visits (purgeUnique).
-const uniquePurgeLimit = 200
+// uniquePurgeLimit bounds the unique keys one sweep visits (purgeUnique), and
+// uniquePurgeEvery how often a backend visits them: free keys only cost storage, so they need
+// not take a turn of SQLite's one connection at every sweep.
+const (
+	uniquePurgeLimit = 200
+	uniquePurgeEvery = time.Second
+)
+
+// uniquePurgeDue reports whether this sweep visits unique keys, and if so starts the next
+// period.
+func (b *Backend) uniquePurgeDue() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now := time.Now(); now.Sub(b.uniquePurged) >= uniquePurgeEvery {
+		b.uniquePurged = now
+		return true
+	}
+	return false
+}
 
 // Sweep implements taskpick.Backend: a transaction locks up to limit leases that ended
 // (skipping rows another sweeper or picker holds) and returns them to available, or dead on
@@ -80,8 +98,10 @@ func (b *Backend) Sweep(ctx context.Context, limit int) ([]taskpick.Recovered, e
 			return nil, b.fail(ctx, err)
 		}
 	}
-	if err := b.purgeUnique(ctx, min(limit, uniquePurgeLimit)); err != nil {
-		return nil, b.fail(ctx, err)
+	if b.uniquePurgeDue() {
+		if err := b.purgeUnique(ctx, min(limit, uniquePurgeLimit)); err != nil {
+			return nil, b.fail(ctx, err)
+		}
 	}
 	out := make([]taskpick.Recovered, 0, len(order))
 	for _, p := range order {

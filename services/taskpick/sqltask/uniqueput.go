@@ -12,12 +12,12 @@ import (
 // lockUniqueKeys makes sure every unique key of tasks has its row in uniqueTable and locks
 // those rows for the rest of the transaction, in key order: two Puts of overlapping keys
 // then wait for each other instead of deadlocking, and concurrent Puts of one key from any
-// number of instances run one after the other. The row of a key never used before starts
+// number of instances run one after the other. It reports whether it locked any. The row of a key never used before starts
 // free (task_seq 0, which no task has). Every engine's upsert locks the row it finds: MySQL's
 // ON DUPLICATE KEY UPDATE and PostgreSQL's ON CONFLICT DO UPDATE take it exclusively (never
 // a shared lock that two Puts would both hold and then both want to upgrade), and SQLite's
 // write transaction holds the whole file.
-func (b *Backend) lockUniqueKeys(ctx context.Context, tx *sql.Tx, pool string, tasks []taskpick.NewTask) error {
+func (b *Backend) lockUniqueKeys(ctx context.Context, tx *sql.Tx, pool string, tasks []taskpick.NewTask) (locked bool, err error) {
 	var keys []string
 	for _, t := range tasks {
 		if t.UniqueKey != "" {
@@ -25,17 +25,17 @@ func (b *Backend) lockUniqueKeys(ctx context.Context, tx *sql.Tx, pool string, t
 		}
 	}
 	if len(keys) == 0 {
-		return nil
+		return false, nil
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	up := tx.StmtContext(ctx, b.st.uniqueLock)
 	for _, k := range keys {
 		if _, err := up.ExecContext(ctx, pool, k); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // uniqueLockQuery is the upsert of lockUniqueKeys.
