@@ -3,6 +3,7 @@ package sqltask
 import (
 	"context"
 	"database/sql"
+	"slices"
 
 	"github.com/coordkit/coordkit/services/taskpick"
 )
@@ -13,7 +14,7 @@ import (
 // its key's holder before it inserts (uniqueput.go).
 func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask) ([]taskpick.PutResult, error) {
 	results := make([]taskpick.PutResult, len(tasks))
-	err := b.tx(ctx, func(tx *sql.Tx) error {
+	err := b.txWith(ctx, b.putTxOptions(tasks), func(tx *sql.Tx) error {
 		clear(results)
 		var now int64
 		if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
@@ -66,6 +67,18 @@ func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask
 		return nil, b.fail(ctx, err)
 	}
 	return results, nil
+}
+
+// putTxOptions are the options of a Put's transaction: on MySQL, a Put with unique keys runs
+// in READ COMMITTED, so that it reads the holder's task as last committed without locking it
+// (REPEATABLE READ would read it as of the Put's first read, or lock it, making a Pick that
+// waits for it a party to deadlocks), and inserts without gap locks. PostgreSQL runs in READ
+// COMMITTED anyway, and SQLite's write transactions are serial.
+func (b *Backend) putTxOptions(tasks []taskpick.NewTask) *sql.TxOptions {
+	if b.d.Name != "mysql" || !slices.ContainsFunc(tasks, func(t taskpick.NewTask) bool { return t.UniqueKey != "" }) {
+		return nil
+	}
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 }
 
 // nonNil stores an empty payload as an empty blob, not NULL.

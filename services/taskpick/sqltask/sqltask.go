@@ -120,11 +120,16 @@ func (b *Backend) fail(ctx context.Context, err error) error {
 // tx runs fn in a transaction, again when the database rolled it back as a deadlock victim
 // (nothing of it was applied).
 func (b *Backend) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return b.d.Retry(ctx, func() error { return b.tryTx(ctx, fn) })
+	return b.txWith(ctx, nil, fn)
 }
 
-func (b *Backend) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := b.db.BeginTx(ctx, nil)
+// txWith is tx with the transaction's options.
+func (b *Backend) txWith(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	return b.d.Retry(ctx, func() error { return b.tryTx(ctx, opts, fn) })
+}
+
+func (b *Backend) tryTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := b.db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -59,8 +59,9 @@ type holder struct {
 
 // uniqueHolder reads who holds key, whose row lockUniqueKeys locked: the task that claimed it
 // last, if its scope still holds (taskpick.UniqueScope.Holds on the task's row of that seq,
-// or a period that has not ended by now). Both reads are locking reads, which see the latest
-// committed rows even under MySQL's REPEATABLE READ.
+// or a period that has not ended by now). The key's row is read locking (it is locked
+// already); the task's as last committed (putTxOptions), without a lock that a Pick or Ack of
+// it would wait for.
 func (b *Backend) uniqueHolder(ctx context.Context, tx *sql.Tx, pool, key string, now int64) (holder, error) {
 	var h holder
 	var seq, until int64
@@ -131,7 +132,7 @@ func uniqueStatements(s *statements, d string, forUpdate string) []struct {
 	}{
 		{&s.uniqueLock, uniqueLockQuery(d)},
 		{&s.uniqueRead, "SELECT id, task_seq, scope, until_ms FROM " + uniqueTable + " WHERE pool = ? AND ukey = ?" + forUpdate},
-		{&s.uniqueTask, "SELECT state, run_at, attempt FROM " + table + " WHERE seq = ?" + forUpdate},
+		{&s.uniqueTask, "SELECT state, run_at, attempt FROM " + table + " WHERE seq = ?"},
 		{&s.uniqueSeq, "SELECT seq FROM " + table + " WHERE pool = ? AND id = ?"},
 		{&s.uniqueClaim, "UPDATE " + uniqueTable + " SET id = ?, task_seq = ?, scope = ?, until_ms = ? WHERE pool = ? AND ukey = ?"},
 	}
