@@ -50,6 +50,13 @@ func TestClusterOfThreeHostileNames(t *testing.T) {
 		if err != nil || len(created) != len(tasks) || !created[0].Created {
 			t.Fatalf("Put(%q) = %v, %v", pool, created, err)
 		}
+		dups := make([]taskpick.NewTask, len(tasks))
+		for i, nt := range tasks {
+			dups[i] = taskpick.NewTask{ID: nt.ID + "'", MaxAttempts: 1, UniqueKey: nt.UniqueKey, UniqueScope: taskpick.UniqueActive}
+		}
+		if again, err := b.Put(ctx, pool, dups); err != nil || !again[0].Duplicate || again[0].HolderID != tasks[0].ID {
+			t.Fatalf("Put(%q) of the same unique keys = %+v, %v; want duplicates of the first tasks", pool, again, err)
+		}
 		picked, err := b.Pick(ctx, pool, spec(len(tasks), taskpick.Priority))
 		if err != nil || len(picked.Tasks) != len(tasks) || picked.Tasks[0].ID != hostileNames[len(hostileNames)-1] {
 			t.Fatalf("Pick(%q) = %d tasks, %v; want all, highest priority first", pool, len(picked.Tasks), err)
