@@ -97,6 +97,11 @@ func (b *batchingTasks) do(ctx context.Context, op *taskpickv1.BatchOperation) (
 // Put implements taskpickv1connect.TaskPickServiceClient.
 func (b *batchingTasks) Put(ctx context.Context, req *taskpickv1.PutRequest) (*taskpickv1.PutResponse, error) {
 	r, err := b.do(ctx, &taskpickv1.BatchOperation{Operation: &taskpickv1.BatchOperation_Put{Put: req}})
+	if connect.CodeOf(err) == connect.CodeResourceExhausted {
+		// The batch it went out in had no room left in its answer for the ids its tasks with
+		// unique keys might answer (nothing was put); alone, a Put the service accepts fits.
+		return b.TaskPickServiceClient.Put(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}

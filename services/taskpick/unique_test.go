@@ -301,6 +301,19 @@ func TestUniqueAnswersStayWithinTheLimit(t *testing.T) {
 	if s := stats(t, in, p); s.GetAvailable() != 1 {
 		t.Fatalf("%d tasks available, want the holder alone", s.GetAvailable())
 	}
+	// The SDK sends concurrent Puts as one Batch, and those that do not fit in its answer
+	// again alone: every caller gets its duplicate, none an error.
+	c := client.New(in.url, client.WithBatching(1))
+	var wg sync.WaitGroup
+	for i := range 300 {
+		wg.Go(func() {
+			r, err := c.Put(ctx, p, fmt.Sprint("s", i), nil, client.WithUniqueKey("k"))
+			if err != nil || !r.Duplicate || r.ID != long {
+				t.Errorf("SDK Put %d = %+v, %v; want a duplicate of the holder", i, r, err)
+			}
+		})
+	}
+	wg.Wait()
 	var many []*taskpickv1.NewTask
 	for i := range 200 {
 		many = append(many, uniqueTask(fmt.Sprint("m", i), fmt.Sprint("k", i), taskpickv1.UniqueScope_UNIQUE_SCOPE_ACTIVE))
