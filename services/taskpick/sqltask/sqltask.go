@@ -24,8 +24,13 @@
 // knows the token, changes nothing. The sweep recovers expired leases with the same locking select, so
 // two instances sweeping at once take disjoint rows and never recover one lease twice.
 //
+// Unique keys live in a second table, coordkit_task_unique (see uniqueTable and
+// uniqueput.go): a Put locks its keys' rows in key order, judges each key's holder from its row
+// and the holder's task row, and claims the keys of the tasks it adds.
+//
 // Storage is bounded by live tasks: an Ack deletes the row (or marks it done until the
-// retention passes, when a sweep deletes it).
+// retention passes, when a sweep deletes it), and the sweep deletes the rows of unique keys
+// whose task is gone or whose period passed.
 package sqltask
 
 import (

@@ -75,7 +75,7 @@ func (b *Backend) uniqueHolder(ctx context.Context, tx *sql.Tx, pool, key string
 	var st, attempt uint32
 	var runAt int64
 	exists := true
-	switch err := tx.StmtContext(ctx, b.st.uniqueTask).QueryRowContext(ctx, seq).Scan(&st, &runAt, &attempt); err {
+	switch err := tx.StmtContext(ctx, b.st.uniqueTask).QueryRowContext(ctx, seq, pool, h.id).Scan(&st, &runAt, &attempt); err {
 	case nil:
 		h.state = stateOf(st, runAt, now)
 	case sql.ErrNoRows:
@@ -132,7 +132,9 @@ func uniqueStatements(s *statements, d string, forUpdate string) []struct {
 	}{
 		{&s.uniqueLock, uniqueLockQuery(d)},
 		{&s.uniqueRead, "SELECT id, task_seq, scope, until_ms FROM " + uniqueTable + " WHERE pool = ? AND ukey = ?" + forUpdate},
-		{&s.uniqueTask, "SELECT state, run_at, attempt FROM " + table + " WHERE seq = ?"},
+		// The id too: a seq is never reused by SQLite (AUTOINCREMENT), PostgreSQL (identity)
+		// or MySQL 8 / MariaDB 10.2.4+, but older InnoDB could after a restart.
+		{&s.uniqueTask, "SELECT state, run_at, attempt FROM " + table + " WHERE seq = ? AND pool = ? AND id = ?"},
 		{&s.uniqueSeq, "SELECT seq FROM " + table + " WHERE pool = ? AND id = ?"},
 		{&s.uniqueClaim, "UPDATE " + uniqueTable + " SET id = ?, task_seq = ?, scope = ?, until_ms = ? WHERE pool = ? AND ukey = ?"},
 	}
@@ -148,7 +150,7 @@ func (b *Backend) purgeUnique(ctx context.Context, limit int) error {
 	pool, key := b.uniqueCursor[0], b.uniqueCursor[1]
 	b.mu.Unlock()
 	rows, err := b.db.QueryContext(ctx, "SELECT u.pool, u.ukey, u.task_seq, u.scope, u.until_ms, t.seq IS NULL, "+b.d.NowMillis+
-		" FROM "+uniqueTable+" u LEFT JOIN "+table+" t ON t.seq = u.task_seq"+
+		" FROM "+uniqueTable+" u LEFT JOIN "+table+" t ON t.seq = u.task_seq AND t.pool = u.pool AND t.id = u.id"+
 		" WHERE u.pool > ? OR (u.pool = ? AND u.ukey > ?) ORDER BY u.pool, u.ukey LIMIT ?", pool, pool, key, limit)
 	if err != nil {
 		return err
