@@ -62,10 +62,10 @@ const (
 
 // NewTask is a validated task to put.
 type NewTask struct {
-	ID          string
-	Payload     []byte
-	Priority    int32
-	Delay       time.Duration // from the backend's clock at the put; 0 means now
+	ID       string
+	Payload  []byte
+	Priority int32
+	Delay    time.Duration // from the backend's clock at the put; 0 means now
 	// MaxAttempts is the attempt budget; 0 means the pool's default (MaxAttemptsFor).
 	MaxAttempts uint32
 }
