@@ -340,7 +340,7 @@ v[7] = redis.call('EXISTS', K_SET)
 return v
 `)
 
-// setSettingsScript: ARGV[2] ma, ARGV[3..6] ri, rc, rm, rj (ri ” for no policy). It replaces
+// setSettingsScript: ARGV[2] ma, ARGV[3..6] ri, rc, rm, rj (an empty ri for no policy). It replaces
 // them in one step, keeping paused, and returns as settingsScript.
 var setSettingsScript = redis.NewScript(prelude + `
 redis.call('HDEL', K_SET, 'ri', 'rc', 'rm', 'rj')
