@@ -72,13 +72,14 @@ func (p *RetryPolicy) Delay(attempt uint32, draw float64) time.Duration {
 
 // DelayMillis is RetryPolicy.Delay in milliseconds, the form the backends store and the
 // Redis engine computes in Lua the same way: the exponent stops growing once the cap is
-// reached, so no attempt number overflows.
+// reached, or at MaxAttempts (no task is picked more often), so no attempt number overflows
+// or loops long.
 func DelayMillis(initial, maxMs int64, mult, jitter float64, attempt uint32, draw float64) int64 {
 	if initial <= 0 {
 		return 0
 	}
 	d := float64(initial)
-	for i := uint32(1); i < attempt && d < float64(maxMs); i++ {
+	for i := uint32(1); i < min(attempt, MaxAttempts) && d < float64(maxMs); i++ {
 		d *= mult
 	}
 	d = math.Min(d, float64(maxMs))

@@ -62,7 +62,7 @@ local function policyDelay(at, draw)
   if ri <= 0 then return 0 end
   rc, rm, rj = tonumber(rc), tonumber(rm), tonumber(rj)
   local d, i = ri, 1
-  while i < at and d < rc do
+  while i < at and i < 1000 and d < rc do -- 1000: taskpick.MaxAttempts
     d = d * rm
     i = i + 1
   end
