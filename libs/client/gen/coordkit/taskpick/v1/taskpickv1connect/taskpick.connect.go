@@ -88,8 +88,9 @@ type TaskPickServiceClient interface {
 	Pick(context.Context, *v1.PickRequest) (*v1.PickResponse, error)
 	// Ack finishes a task: it is deleted (or kept for the service's retention, as DONE).
 	Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error)
-	// Nack gives a task back after a failure: it is available again after retry_after, or dead
-	// once it has been picked max_attempts times.
+	// Nack gives a task back after a failure: it is available again after retry_after (unset:
+	// after the pool's retry policy's delay for the attempt, PoolSettings.retry), or dead once
+	// it has been picked max_attempts times.
 	Nack(context.Context, *v1.NackRequest) (*v1.NackResponse, error)
 	// Extend moves a lease's end to now + ttl.
 	Extend(context.Context, *v1.ExtendRequest) (*v1.ExtendResponse, error)
@@ -408,8 +409,9 @@ type TaskPickServiceHandler interface {
 	Pick(context.Context, *v1.PickRequest) (*v1.PickResponse, error)
 	// Ack finishes a task: it is deleted (or kept for the service's retention, as DONE).
 	Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error)
-	// Nack gives a task back after a failure: it is available again after retry_after, or dead
-	// once it has been picked max_attempts times.
+	// Nack gives a task back after a failure: it is available again after retry_after (unset:
+	// after the pool's retry policy's delay for the attempt, PoolSettings.retry), or dead once
+	// it has been picked max_attempts times.
 	Nack(context.Context, *v1.NackRequest) (*v1.NackResponse, error)
 	// Extend moves a lease's end to now + ttl.
 	Extend(context.Context, *v1.ExtendRequest) (*v1.ExtendResponse, error)
