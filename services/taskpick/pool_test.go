@@ -225,7 +225,7 @@ func testPauseResume(t *testing.T, b backendCase) {
 func testPauseStopsPickers(t *testing.T, b backendCase) {
 	in, p := one(t, b), pool(t, "pause16")
 	var tasks []*taskpickv1.NewTask
-	for i := range 200 {
+	for i := range 100 {
 		tasks = append(tasks, task(fmt.Sprintf("t%03d", i)))
 	}
 	put(t, in, p, tasks...)
@@ -257,11 +257,11 @@ func testPauseStopsPickers(t *testing.T, b backendCase) {
 			}
 		})
 	}
-	waitFor(t, 30*time.Second, "16 workers picking", func() bool { return picked.Load() >= 16 })
+	waitFor(t, 30*time.Second, "16 workers picking", func() bool { return picked.Load() >= 8 })
 	pause(t, in, p, true)
 	now := time.Now()
 	pausedAt.Store(&now)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // every worker sends Picks after the pause
 	close(stop)
 	wg.Wait()
 	if n := late.Load(); n > 0 {
