@@ -195,8 +195,9 @@ func testPauseResume(t *testing.T, b backendCase) {
 		}
 		done <- r.GetTasks()
 	}()
-	time.Sleep(500 * time.Millisecond)        // the Pick waits on the paused pool
-	if n := cb.picks.Load() - before; n > 3 { // the first try, and a wake by the Put's late event
+	time.Sleep(500 * time.Millisecond) // the Pick waits on the paused pool
+	// Allowed: the first try, and a wake-up by the Put's event arriving late.
+	if n := cb.picks.Load() - before; n > 3 {
 		t.Fatalf("a Pick waiting on a paused pool tried %d times in 500ms: it must wait, not spin", n)
 	}
 	select {
