@@ -41,6 +41,12 @@ var behaviours = []struct {
 	{"HugeTokensAreWrongTokens", testHugeTokens},
 	{"MultiTaskPickAnswersInPickOrder", testPickOrder},
 	{"PickAndListDeadStayWithinTheAnswerLimit", testAnswerLimit},
+	{"NackFollowsThePoolRetryPolicy", testRetryPolicy},
+	{"PausedPoolWaitsAndResumeWakes", testPauseResume},
+	{"NoPickAfterPauseAnswered", testPauseStopsPickers},
+	{"CancelReadyDelayedNotLeased", testCancel},
+	{"PoolSettingsSurviveRestart", testSettingsSurviveRestart},
+	{"RacingSetPoolSettingsLeaveOneWhole", testConcurrentSettings},
 }
 
 func TestConformance(t *testing.T) {

@@ -240,6 +240,9 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 	if err != nil {
 		return nil, err
 	}
+	if req.GetRetryAfter() == nil {
+		retry = PoolPolicy
+	}
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
 		return nil, err
@@ -251,7 +254,7 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 	s.count(name, "nacked", 1)
 	if dead {
 		s.count(name, "died", 1)
-	} else if retry == 0 {
+	} else if retry <= 0 { // a policy's delay may be 0 too; a needless wake costs one Pick
 		s.announce(name, req.GetPool(), 1)
 	}
 	return &taskpickv1.NackResponse{Dead: dead}, nil
@@ -345,7 +348,12 @@ func (s *Service) Stats(ctx context.Context, req *taskpickv1.StatsRequest) (*tas
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
-	resp := &taskpickv1.StatsResponse{Available: st.Available, Delayed: st.Delayed, Leased: st.Leased, Dead: st.Dead, Done: st.Done}
+	set, _, err := b.Settings(ctx, req.GetPool())
+	if err != nil {
+		return nil, server.Error(ctx, err)
+	}
+	resp := &taskpickv1.StatsResponse{Available: st.Available, Delayed: st.Delayed, Leased: st.Leased, Dead: st.Dead, Done: st.Done,
+		Cancelled: st.Cancelled, Paused: set.Paused}
 	if !st.OldestAvailable.IsZero() {
 		resp.OldestAvailableAge = durationpb.New(max(st.Now.Sub(st.OldestAvailable), 0))
 	}
