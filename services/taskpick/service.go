@@ -240,12 +240,18 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 	if err != nil {
 		return nil, err
 	}
-	if req.GetRetryAfter() == nil {
-		retry = PoolPolicy
+	fallback, err := server.DurationIn("default_retry_after", req.GetDefaultRetryAfter(), 0, 0, MaxDelay)
+	if err != nil {
+		return nil, err
 	}
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
 		return nil, err
+	}
+	if req.GetRetryAfter() == nil {
+		if retry, err = policyOr(ctx, b, req.GetPool(), fallback); err != nil {
+			return nil, server.Error(ctx, err)
+		}
 	}
 	dead, err := b.Nack(ctx, req.GetPool(), req.GetId(), lease, retry, cutReason(req.GetReason()))
 	if err != nil {
@@ -403,4 +409,21 @@ func (s *Service) Requeue(ctx context.Context, req *taskpickv1.RequeueRequest) (
 	s.count(name, "requeued", countTrue(done))
 	s.announce(name, req.GetPool(), countTrue(done))
 	return &taskpickv1.RequeueResponse{Requeued: done}, nil
+}
+
+// policyOr is the retryAfter of a Nack without its own delay: PoolPolicy when the pool has a
+// retry policy, else fallback (the caller's default_retry_after). Only a fallback costs the
+// read of the pool's settings.
+func policyOr(ctx context.Context, b Backend, pool string, fallback time.Duration) (time.Duration, error) {
+	if fallback <= 0 {
+		return PoolPolicy, nil
+	}
+	set, _, err := b.Settings(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	if set.Retry != nil {
+		return PoolPolicy, nil
+	}
+	return fallback, nil
 }

@@ -71,6 +71,30 @@ func TestWorkFollowsThePoolPolicy(t *testing.T) {
 			}
 			runWork(t, ctx, time.Minute, c, pool, handler, client.WithTaskBackend(backend),
 				client.WithBackoff(func(uint32) time.Duration { return 0 }))
+
+			// A pool without a policy still backs off: DefaultBackoff's 1s after attempt 1.
+			bare := pool + "-bare"
+			workPut(t, c, backend, bare, []string{"bare"})
+			ctx, cancel = context.WithCancel(context.Background())
+			defer cancel()
+			var bareStats client.WorkStats
+			go func() {
+				for bareStats.Nacked.Load() == 0 && ctx.Err() == nil {
+					time.Sleep(5 * time.Millisecond)
+				}
+				cancel()
+			}()
+			failed = time.Now()
+			runWork(t, ctx, time.Minute, c, bare, func(context.Context, *client.Task) error { return errors.New("boom") },
+				client.WithTaskBackend(backend), client.WithWorkStats(&bareStats))
+			r, err := c.Tasks().Get(context.Background(), &taskpickv1.GetRequest{Backend: backend, Pool: bare, Id: "bare"})
+			if err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			if due := r.GetTask().GetRunAt().AsTime().Sub(failed); bareStats.Nacked.Load() != 1 || r.GetTask().GetAttempt() != 1 || due < 900*time.Millisecond || due > time.Minute {
+				t.Fatalf("after a failure in a pool without a policy: nacked %d, task %v due in %v; want DefaultBackoff's 1s",
+					bareStats.Nacked.Load(), r.GetTask(), due)
+			}
 		})
 	}
 }

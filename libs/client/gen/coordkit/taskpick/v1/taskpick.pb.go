@@ -747,9 +747,13 @@ type NackRequest struct {
 	// Why it failed, kept as the task's last_error: at most 1 KiB of UTF-8 (longer is cut).
 	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The current lease's secret, as Pick returned it; required.
-	LeaseSecret   string `protobuf:"bytes,7,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseSecret string `protobuf:"bytes,7,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	// The delay when retry_after is unset and the pool has no retry policy: 0 to 30 days. Unset
+	// means 0. The SDK's Work sends its exponential backoff here, so a pool's policy wins over
+	// it and a pool without one still backs off.
+	DefaultRetryAfter *durationpb.Duration `protobuf:"bytes,40,opt,name=default_retry_after,json=defaultRetryAfter,proto3" json:"default_retry_after,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NackRequest) Reset() {
@@ -829,6 +833,13 @@ func (x *NackRequest) GetLeaseSecret() string {
 		return x.LeaseSecret
 	}
 	return ""
+}
+
+func (x *NackRequest) GetDefaultRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.DefaultRetryAfter
+	}
+	return nil
 }
 
 // NackResponse says what became of the task.
@@ -2861,7 +2872,7 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\vlease_token\x18\x04 \x01(\x04R\n" +
 	"leaseToken\x12!\n" +
 	"\flease_secret\x18\x05 \x01(\tR\vleaseSecret\"\r\n" +
-	"\vAckResponse\"\xe3\x01\n" +
+	"\vAckResponse\"\xae\x02\n" +
 	"\vNackRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x0e\n" +
@@ -2871,7 +2882,8 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12!\n" +
-	"\flease_secret\x18\a \x01(\tR\vleaseSecret\"\"\n" +
+	"\flease_secret\x18\a \x01(\tR\vleaseSecret\x12I\n" +
+	"\x13default_retry_after\x18( \x01(\v2\x19.google.protobuf.DurationR\x11defaultRetryAfter\"\"\n" +
 	"\fNackResponse\x12\x12\n" +
 	"\x04dead\x18\x01 \x01(\bR\x04dead\"\xbe\x01\n" +
 	"\rExtendRequest\x12\x18\n" +
@@ -3106,68 +3118,69 @@ var file_coordkit_taskpick_v1_taskpick_proto_depIdxs = []int32{
 	42, // 6: coordkit.taskpick.v1.LeasedTask.expires_after:type_name -> google.protobuf.Duration
 	6,  // 7: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
 	42, // 8: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
-	42, // 9: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 10: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 11: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
-	1,  // 12: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
-	41, // 13: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	14, // 14: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
-	42, // 15: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
-	14, // 16: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
-	24, // 17: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
-	3,  // 18: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
-	8,  // 19: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
-	10, // 20: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
-	12, // 21: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
-	15, // 22: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
-	26, // 23: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
-	4,  // 24: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
-	9,  // 25: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
-	11, // 26: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
-	13, // 27: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
-	16, // 28: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
-	27, // 29: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
-	42, // 30: coordkit.taskpick.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	42, // 31: coordkit.taskpick.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	29, // 32: coordkit.taskpick.v1.PoolSettings.retry:type_name -> coordkit.taskpick.v1.RetryPolicy
-	30, // 33: coordkit.taskpick.v1.SetPoolSettingsRequest.settings:type_name -> coordkit.taskpick.v1.PoolSettings
-	30, // 34: coordkit.taskpick.v1.SetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
-	30, // 35: coordkit.taskpick.v1.GetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
-	3,  // 36: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
-	5,  // 37: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
-	8,  // 38: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
-	10, // 39: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
-	12, // 40: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
-	15, // 41: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
-	17, // 42: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
-	19, // 43: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
-	21, // 44: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
-	23, // 45: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
-	31, // 46: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:input_type -> coordkit.taskpick.v1.SetPoolSettingsRequest
-	33, // 47: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:input_type -> coordkit.taskpick.v1.GetPoolSettingsRequest
-	35, // 48: coordkit.taskpick.v1.TaskPickService.PausePool:input_type -> coordkit.taskpick.v1.PausePoolRequest
-	37, // 49: coordkit.taskpick.v1.TaskPickService.ResumePool:input_type -> coordkit.taskpick.v1.ResumePoolRequest
-	39, // 50: coordkit.taskpick.v1.TaskPickService.CancelTask:input_type -> coordkit.taskpick.v1.CancelTaskRequest
-	4,  // 51: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
-	7,  // 52: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
-	9,  // 53: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
-	11, // 54: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
-	13, // 55: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
-	16, // 56: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
-	18, // 57: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
-	20, // 58: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
-	22, // 59: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
-	25, // 60: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
-	32, // 61: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:output_type -> coordkit.taskpick.v1.SetPoolSettingsResponse
-	34, // 62: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:output_type -> coordkit.taskpick.v1.GetPoolSettingsResponse
-	36, // 63: coordkit.taskpick.v1.TaskPickService.PausePool:output_type -> coordkit.taskpick.v1.PausePoolResponse
-	38, // 64: coordkit.taskpick.v1.TaskPickService.ResumePool:output_type -> coordkit.taskpick.v1.ResumePoolResponse
-	40, // 65: coordkit.taskpick.v1.TaskPickService.CancelTask:output_type -> coordkit.taskpick.v1.CancelTaskResponse
-	51, // [51:66] is the sub-list for method output_type
-	36, // [36:51] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	42, // 9: coordkit.taskpick.v1.NackRequest.default_retry_after:type_name -> google.protobuf.Duration
+	42, // 10: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 11: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 12: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
+	1,  // 13: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
+	41, // 14: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	14, // 15: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
+	42, // 16: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
+	14, // 17: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
+	24, // 18: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
+	3,  // 19: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
+	8,  // 20: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
+	10, // 21: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
+	12, // 22: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
+	15, // 23: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
+	26, // 24: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
+	4,  // 25: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
+	9,  // 26: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
+	11, // 27: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
+	13, // 28: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
+	16, // 29: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
+	27, // 30: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
+	42, // 31: coordkit.taskpick.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	42, // 32: coordkit.taskpick.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	29, // 33: coordkit.taskpick.v1.PoolSettings.retry:type_name -> coordkit.taskpick.v1.RetryPolicy
+	30, // 34: coordkit.taskpick.v1.SetPoolSettingsRequest.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	30, // 35: coordkit.taskpick.v1.SetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	30, // 36: coordkit.taskpick.v1.GetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	3,  // 37: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
+	5,  // 38: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
+	8,  // 39: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
+	10, // 40: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
+	12, // 41: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
+	15, // 42: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
+	17, // 43: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
+	19, // 44: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
+	21, // 45: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
+	23, // 46: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
+	31, // 47: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:input_type -> coordkit.taskpick.v1.SetPoolSettingsRequest
+	33, // 48: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:input_type -> coordkit.taskpick.v1.GetPoolSettingsRequest
+	35, // 49: coordkit.taskpick.v1.TaskPickService.PausePool:input_type -> coordkit.taskpick.v1.PausePoolRequest
+	37, // 50: coordkit.taskpick.v1.TaskPickService.ResumePool:input_type -> coordkit.taskpick.v1.ResumePoolRequest
+	39, // 51: coordkit.taskpick.v1.TaskPickService.CancelTask:input_type -> coordkit.taskpick.v1.CancelTaskRequest
+	4,  // 52: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
+	7,  // 53: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
+	9,  // 54: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
+	11, // 55: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
+	13, // 56: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
+	16, // 57: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
+	18, // 58: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
+	20, // 59: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
+	22, // 60: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
+	25, // 61: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
+	32, // 62: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:output_type -> coordkit.taskpick.v1.SetPoolSettingsResponse
+	34, // 63: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:output_type -> coordkit.taskpick.v1.GetPoolSettingsResponse
+	36, // 64: coordkit.taskpick.v1.TaskPickService.PausePool:output_type -> coordkit.taskpick.v1.PausePoolResponse
+	38, // 65: coordkit.taskpick.v1.TaskPickService.ResumePool:output_type -> coordkit.taskpick.v1.ResumePoolResponse
+	40, // 66: coordkit.taskpick.v1.TaskPickService.CancelTask:output_type -> coordkit.taskpick.v1.CancelTaskResponse
+	52, // [52:67] is the sub-list for method output_type
+	37, // [37:52] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_taskpick_v1_taskpick_proto_init() }
