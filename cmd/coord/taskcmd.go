@@ -31,7 +31,7 @@ var taskVerbs = []struct {
 		fs.StringVar(&f.payloadFile, "payload-file", "", "read the payload from this file instead")
 		fs.Int32Var(&f.priority, "priority", 0, "higher is picked first by --order priority")
 		fs.DurationVar(&f.delay, "delay", 0, "not picked before this much time has passed")
-		fs.Uint32Var(&f.maxAttempts, "max-attempts", 0, "picks before the task is dead; 0 means the service's default (25)")
+		fs.Uint32Var(&f.maxAttempts, "max-attempts", 0, "picks before the task is dead; 0 means the pool's default, else the service's (25)")
 		fs.StringVar(&f.unique, "unique", "", "a unique key: while another task of the pool holds it, print that task (a duplicate) instead of adding one")
 		fs.StringVar(&f.uniqueScope, "unique-scope", "", "how long the key is held: queued (until first picked), active (until acked or dead; the default) or period")
 		fs.DurationVar(&f.uniquePeriod, "unique-period", 0, "with --unique-scope period (implied): hold the key this long from the put")
@@ -44,7 +44,7 @@ var taskVerbs = []struct {
 	}},
 	{"ack", "POOL ID LEASE", "finish a picked task", 3, 3, nil},
 	{"nack", "POOL ID LEASE", "give a picked task back, failed", 3, 3, func(fs *pflag.FlagSet, f *taskFlags) {
-		fs.DurationVar(&f.retryAfter, "retry-after", 0, "how long until the task may be picked again")
+		fs.DurationVar(&f.retryAfter, "retry-after", 0, "how long until the task may be picked again; unset means the pool's retry policy")
 		fs.StringVar(&f.reason, "reason", "", "why it failed, kept as the task's last error")
 	}},
 	{"extend", "POOL ID LEASE", "lengthen a picked task's lease", 3, 3, func(fs *pflag.FlagSet, f *taskFlags) {
@@ -56,12 +56,13 @@ var taskVerbs = []struct {
 		fs.Uint32Var(&f.limit, "limit", 0, "how many tasks at most, 1 to 1000; 0 means 100")
 	}},
 	{"requeue", "POOL ID...", "make dead tasks available again", 2, -1, nil},
+	{"cancel", "POOL ID", "cancel an available or delayed task: it never runs", 2, 2, nil},
 }
 
 // newTaskCmd builds `coord task` and its subcommands.
 func newTaskCmd() *cobra.Command {
 	cf := &clientFlags{}
-	c := newGroupCmd("task", "call the task-pick service: put, pick, ack, nack, extend, get, stats, dead, requeue")
+	c := newGroupCmd("task", "call the task-pick service: put, pick, ack, nack, extend, get, stats, dead, requeue, cancel, pool")
 	c.Long = `Call the task-pick service.
 
 pick prints one line per task with its fencing token and its LEASE (TOKEN:SECRET, the token
@@ -76,6 +77,7 @@ ttl unless acked, nacked or extended.`
 			Short: v.short,
 			Args:  argsBetween(v.min, v.max, v.synopsis),
 			RunE: func(cmd *cobra.Command, args []string) error {
+				f.retryAfterSet = cmd.Flags().Changed("retry-after")
 				if err := f.check(args, v.synopsis); err != nil {
 					return usageErr(cmd, err)
 				}
@@ -87,6 +89,7 @@ ttl unless acked, nacked or extended.`
 		}
 		c.AddCommand(sub)
 	}
+	c.AddCommand(newTaskPoolCmd(cf))
 	return c
 }
 
@@ -131,6 +134,7 @@ type taskFlags struct {
 	delay                     time.Duration
 	maxAttempts, count, limit uint32
 	ttl, wait, retryAfter     time.Duration
+	retryAfterSet             bool
 	order, reason             string
 	orderValue                taskpickv1.Order
 	unique, uniqueScope       string
@@ -272,15 +276,26 @@ func callTask(ctx context.Context, verb string, f *taskFlags, stdout, stderr io.
 		}
 		return r, err
 	case "nack":
-		r, err := tasks.Nack(ctx, &taskpickv1.NackRequest{
-			Backend: backend, Pool: f.pool, Id: f.id, LeaseToken: f.token, LeaseSecret: f.secret, RetryAfter: durationpb.New(f.retryAfter), Reason: f.reason,
-		})
+		req := &taskpickv1.NackRequest{Backend: backend, Pool: f.pool, Id: f.id, LeaseToken: f.token, LeaseSecret: f.secret, Reason: f.reason}
+		if f.retryAfterSet {
+			req.RetryAfter = durationpb.New(f.retryAfter)
+		}
+		r, err := tasks.Nack(ctx, req)
 		if err == nil && human {
-			if r.GetDead() {
+			switch {
+			case r.GetDead():
 				fmt.Fprintf(stdout, "nacked %s: dead, that was its last attempt\n", where)
-			} else {
+			case f.retryAfterSet:
 				fmt.Fprintf(stdout, "nacked %s: available again in %s\n", where, f.retryAfter)
+			default:
+				fmt.Fprintf(stdout, "nacked %s: available again as the pool's retry policy says\n", where)
 			}
+		}
+		return r, err
+	case "cancel":
+		r, err := tasks.CancelTask(ctx, &taskpickv1.CancelTaskRequest{Backend: backend, Pool: f.pool, Id: f.id})
+		if err == nil && human {
+			fmt.Fprintf(stdout, "cancelled %s\n", where)
 		}
 		return r, err
 	case "extend":
@@ -298,8 +313,9 @@ func callTask(ctx context.Context, verb string, f *taskFlags, stdout, stderr io.
 	case "stats":
 		r, err := tasks.Stats(ctx, &taskpickv1.StatsRequest{Backend: backend, Pool: f.pool})
 		if err == nil && human {
-			fmt.Fprintf(stdout, "%s  available=%d  delayed=%d  leased=%d  dead=%d  done=%d  oldest-available-age=%s\n", f.pool,
-				r.GetAvailable(), r.GetDelayed(), r.GetLeased(), r.GetDead(), r.GetDone(), r.GetOldestAvailableAge().AsDuration().Round(time.Millisecond))
+			fmt.Fprintf(stdout, "%s  available=%d  delayed=%d  leased=%d  dead=%d  done=%d  cancelled=%d  paused=%v  oldest-available-age=%s\n", f.pool,
+				r.GetAvailable(), r.GetDelayed(), r.GetLeased(), r.GetDead(), r.GetDone(), r.GetCancelled(), r.GetPaused(),
+				r.GetOldestAvailableAge().AsDuration().Round(time.Millisecond))
 		}
 		return r, err
 	case "dead":

@@ -91,7 +91,7 @@ func TestCLITaskRoundTrip(t *testing.T) {
 			}
 			fails(t, "failed_precondition", "ack", pool, "a", token+"0:"+picked.Tasks[0].LeaseSecret)
 			fails(t, "failed_precondition", "ack", pool, "a", token+":"+strings.Repeat("A", 26)) // the token alone is public
-			if out := task(t, "nack", pool, "a", lease, "--reason", "try again"); !strings.Contains(out, "available again in 0s") {
+			if out := task(t, "nack", pool, "a", lease, "--reason", "try again", "--retry-after", "0s"); !strings.Contains(out, "available again in 0s") {
 				t.Fatalf("nack printed %q", out)
 			}
 			out := task(t, "pick", pool, "--order", "priority", "--wait", "1s")
@@ -126,6 +126,39 @@ func TestCLITaskRoundTrip(t *testing.T) {
 			if out := task(t, "get", pool, "fragile"); !strings.Contains(out, "state=available") {
 				t.Fatalf("get after requeue printed %q", out)
 			}
+
+			// Pool settings: set, get, pause (picks get nothing), resume; cancel.
+			out = task(t, "pool", "set", pool, "--retry-initial", "2s", "--retry-max", "1m", "--retry-jitter", "0.5", "--max-attempts", "4")
+			if !strings.Contains(out, "max-attempts=4") || !strings.Contains(out, "retry=2s×2 up to 1m0s, jitter 0.5") {
+				t.Fatalf("pool set printed %q", out)
+			}
+			var settings struct {
+				Settings struct {
+					MaxAttempts int  `json:"maxAttempts"`
+					Paused      bool `json:"paused"`
+				} `json:"settings"`
+				Stored bool `json:"stored"`
+			}
+			if err := json.Unmarshal([]byte(task(t, "pool", "get", pool, "--json")), &settings); err != nil || !settings.Stored || settings.Settings.MaxAttempts != 4 {
+				t.Fatalf("pool get --json: %v (%+v), want the stored max attempts 4", err, settings)
+			}
+			if out := task(t, "pool", "pause", pool); out != "paused "+pool+"\n" {
+				t.Fatalf("pool pause printed %q", out)
+			}
+			if out := task(t, "pick", pool); !strings.Contains(out, "no task available") {
+				t.Fatalf("pick of a paused pool printed %q", out)
+			}
+			if out := task(t, "stats", pool); !strings.Contains(out, "paused=true") {
+				t.Fatalf("stats of a paused pool printed %q", out)
+			}
+			task(t, "pool", "resume", pool)
+			task(t, "put", pool, "doomed")
+			if out := task(t, "cancel", pool, "doomed"); out != "cancelled "+pool+"/doomed\n" {
+				t.Fatalf("cancel printed %q", out)
+			}
+			fails(t, "not_found", "cancel", pool, "doomed")
+			fails(t, "settings.retry.jitter", "pool", "set", pool, "--retry-initial", "1s", "--retry-jitter", "2")
+			fails(t, "wants POOL", "pool", "pause")
 
 			// Bad input fails with the argument or field named, and exits non-zero.
 			fails(t, "TOKEN:SECRET", "ack", pool, "a", "notanumber")

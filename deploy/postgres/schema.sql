@@ -100,6 +100,20 @@ CREATE TABLE coordkit.coordkit_lock_waiters (
 );
 
 --
+-- Name: coordkit_task_pools; Type: TABLE; Schema: coordkit; Owner: -
+--
+
+CREATE TABLE coordkit.coordkit_task_pools (
+    pool text NOT NULL COLLATE pg_catalog."C",
+    paused smallint DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 0 NOT NULL,
+    retry_initial_ms bigint DEFAULT 0 NOT NULL,
+    retry_max_ms bigint DEFAULT 0 NOT NULL,
+    retry_multiplier double precision DEFAULT 2 NOT NULL,
+    retry_jitter double precision DEFAULT 0 NOT NULL
+);
+
+--
 -- Name: coordkit_task_unique; Type: TABLE; Schema: coordkit; Owner: -
 --
 
@@ -181,6 +195,13 @@ ALTER TABLE ONLY coordkit.coordkit_lock_leases
 
 ALTER TABLE ONLY coordkit.coordkit_lock_waiters
     ADD CONSTRAINT coordkit_lock_waiters_pkey PRIMARY KEY (scope, lock_key, owner);
+
+--
+-- Name: coordkit_task_pools coordkit_task_pools_pkey; Type: CONSTRAINT; Schema: coordkit; Owner: -
+--
+
+ALTER TABLE ONLY coordkit.coordkit_task_pools
+    ADD CONSTRAINT coordkit_task_pools_pkey PRIMARY KEY (pool);
 
 --
 -- Name: coordkit_task_unique coordkit_task_unique_pkey; Type: CONSTRAINT; Schema: coordkit; Owner: -

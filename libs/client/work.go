@@ -53,8 +53,8 @@ const maxRetryAfter = 30 * 24 * time.Hour
 // maxReasonBytes is how much of a handler's error a Nack sends; the service keeps no more.
 const maxReasonBytes = 1024
 
-// DefaultBackoff is the retry delay of a failed attempt unless WithBackoff says otherwise:
-// 1s·2^(attempt-1), so 1s, 2s, 4s, … capped at MaxBackoff.
+// DefaultBackoff is Work's retry delay in a pool without a retry policy: 1s·2^(attempt-1), so
+// 1s, 2s, 4s, … capped at MaxBackoff. A pool's policy wins over it; WithBackoff replaces both.
 func DefaultBackoff(attempt uint32) time.Duration {
 	if attempt < 1 {
 		attempt = 1
@@ -70,7 +70,8 @@ type workOptions struct {
 	batch       int
 	ttl         time.Duration
 	order       taskpickv1.Order
-	backoff     func(attempt uint32) time.Duration
+	backoff     func(attempt uint32) time.Duration // nil: the pool's retry policy
+	ownBackoff  bool
 	backend     string
 	pollWait    time.Duration
 	stats       *WorkStats
@@ -100,9 +101,11 @@ func WithOrder(order taskpickv1.Order) WorkOption {
 func WithBatch(n int) WorkOption { return func(o *workOptions) { o.batch = n } }
 
 // WithBackoff sets how long a task whose handler failed waits before it may be picked again,
-// from the attempt that failed (from 1); default DefaultBackoff.
+// from the attempt that failed (from 1), sent as the Nack's retry_after, over any pool policy.
+// Without it Work sends no retry_after, so the pool's retry policy (SetPoolSettings) decides,
+// and a pool without one waits DefaultBackoff (sent as default_retry_after).
 func WithBackoff(f func(attempt uint32) time.Duration) WorkOption {
-	return func(o *workOptions) { o.backoff = f }
+	return func(o *workOptions) { o.backoff, o.ownBackoff = f, true }
 }
 
 // WithTaskBackend picks the backend of the pool; empty (the default) means the service's
@@ -161,7 +164,8 @@ type WorkStats struct {
 //
 // When the handler returns nil the task is acked; when it returns an error (or panics: the
 // panic is recovered as an error) the task is nacked with that error as the reason, to be
-// retried after the backoff (WithBackoff) of its attempt, or dead after its last attempt.
+// retried after the delay of the pool's retry policy for its attempt (DefaultBackoff's in a
+// pool without one, WithBackoff's when given), or dead after its last attempt.
 // The handler's slot is free for the next task as soon as it returns, and the Ack or Nack
 // runs after it: at most concurrency of them at once (a handler that returns while that many
 // are in flight keeps its slot until one is answered), so Work holds at most twice the
@@ -196,7 +200,7 @@ func (c *Client) Work(ctx context.Context, pool string, handler func(ctx context
 }
 
 func workOpts(opts []WorkOption) (workOptions, error) {
-	o := workOptions{concurrency: 1, batch: 1, ttl: DefaultLeaseTTL, backoff: DefaultBackoff, pollWait: DefaultPollWait}
+	o := workOptions{concurrency: 1, batch: 1, ttl: DefaultLeaseTTL, pollWait: DefaultPollWait}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -212,7 +216,7 @@ func workOpts(opts []WorkOption) (workOptions, error) {
 		return o, fmt.Errorf("client: work: lease ttl %v, want a positive duration", o.ttl)
 	case o.pollWait < 0:
 		return o, fmt.Errorf("client: work: poll wait %v must not be negative", o.pollWait)
-	case o.backoff == nil:
+	case o.ownBackoff && o.backoff == nil:
 		return o, errors.New("client: work: nil backoff")
 	}
 	return o, nil
@@ -371,11 +375,16 @@ func (w *worker) process(ctx context.Context, t *Task) {
 		w.ack(ctx, t)
 		return
 	}
-	retry := w.o.backoff(t.Attempt)
-	if ctx.Err() != nil {
-		retry = 0 // stopping: let another worker have it at once
+	var retry, fallback *durationpb.Duration // retry unset: the pool's retry policy, else fallback
+	switch {
+	case ctx.Err() != nil:
+		retry = durationpb.New(0) // stopping: let another worker have it at once
+	case w.o.ownBackoff:
+		retry = durationpb.New(min(max(w.o.backoff(t.Attempt), 0), maxRetryAfter))
+	default:
+		fallback = durationpb.New(DefaultBackoff(t.Attempt))
 	}
-	w.nack(ctx, t, retry, reason(herr))
+	w.nack(ctx, t, retry, fallback, reason(herr))
 }
 
 // ack finishes t.
@@ -390,11 +399,12 @@ func (w *worker) ack(ctx context.Context, t *Task) {
 	})
 }
 
-// nack gives t back, to be picked again after retry.
-func (w *worker) nack(ctx context.Context, t *Task, retry time.Duration, reason string) {
+// nack gives t back, to be picked again after retry (nil: as the pool's policy says, or after
+// fallback in a pool without one).
+func (w *worker) nack(ctx context.Context, t *Task, retry, fallback *durationpb.Duration, reason string) {
 	req := &taskpickv1.NackRequest{
 		Backend: t.Backend, Pool: t.Pool, Id: t.ID, LeaseToken: t.LeaseToken, LeaseSecret: t.leaseSecret,
-		RetryAfter: durationpb.New(min(max(retry, 0), maxRetryAfter)), Reason: reason,
+		RetryAfter: retry, DefaultRetryAfter: fallback, Reason: reason,
 	}
 	w.finish(ctx, t, func(ctx context.Context) error {
 		res, err := w.c.tasks.Nack(ctx, req)
@@ -413,7 +423,7 @@ func (w *worker) giveBack(ctx context.Context, tasks []*taskpickv1.LeasedTask, p
 	for _, lt := range tasks {
 		w.o.stats.Picked.Add(1)
 		t := w.task(lt, p)
-		w.nack(ctx, t, 0, "client: work stopped before the handler ran")
+		w.nack(ctx, t, durationpb.New(0), nil, "client: work stopped before the handler ran")
 	}
 }
 

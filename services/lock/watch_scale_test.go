@@ -52,7 +52,7 @@ func (s *syncBuffer) String() string {
 // three times and made the pairs 50 times slower.)
 func TestWatchFanOutScale(t *testing.T) {
 	watchers, readers, pairs, workers := 5000, 10, 500, 10
-	if raceEnabled {
+	if testenv.Race {
 		watchers, pairs = 1000, 200
 	}
 	logs := &syncBuffer{}

@@ -56,14 +56,17 @@ const (
 	Dead
 	// Done tasks were acked and are kept for the retention.
 	Done
+	// Cancelled tasks were cancelled before they ran and are kept for the retention.
+	Cancelled
 )
 
 // NewTask is a validated task to put.
 type NewTask struct {
-	ID          string
-	Payload     []byte
-	Priority    int32
-	Delay       time.Duration // from the backend's clock at the put; 0 means now
+	ID       string
+	Payload  []byte
+	Priority int32
+	Delay    time.Duration // from the backend's clock at the put; 0 means now
+	// MaxAttempts is the attempt budget; 0 means the pool's default (MaxAttemptsFor).
 	MaxAttempts uint32
 	// UniqueKey, when not empty, makes the task unique in its pool for UniqueScope.
 	UniqueKey   string
@@ -167,7 +170,7 @@ type Task struct {
 
 // Stats counts a pool's tasks.
 type Stats struct {
-	Available, Delayed, Leased, Dead, Done uint64
+	Available, Delayed, Leased, Dead, Done, Cancelled uint64
 	// OldestAvailable is when the longest-waiting available task became available; zero
 	// when none is.
 	OldestAvailable time.Time
@@ -183,6 +186,9 @@ type Picked struct {
 	NextDue time.Time
 	// Full is true when MaxBytes stopped the pick while more tasks may be available.
 	Full bool
+	// Paused is true when the pool is paused: the pick leased nothing, and a waiting pick
+	// waits for ResumePool's wake-up (or its recheck), not for NextDue.
+	Paused bool
 }
 
 // Recovered counts, per pool, the tasks a sweep made available again.
@@ -215,7 +221,8 @@ type Backend interface {
 	// that no lease can have (such as one of 2^63 or more) is ErrStaleLease like any other.
 	Ack(ctx context.Context, pool, id string, lease Lease) error
 	// Nack gives the task held by lease back, available after retryAfter, or dead when it was
-	// on its last attempt (dead reports which).
+	// on its last attempt (dead reports which). A retryAfter of PoolPolicy means the pool's
+	// retry policy's delay for the task's attempt (RetryPolicy.Delay; 0 without a policy).
 	Nack(ctx context.Context, pool, id string, lease Lease, retryAfter time.Duration, reason string) (dead bool, err error)
 	// Extend sets the end of the lease to now + ttl.
 	Extend(ctx context.Context, pool, id string, lease Lease, ttl time.Duration) error
@@ -233,6 +240,19 @@ type Backend interface {
 	// deletes done tasks past the retention, in every pool, at most limit tasks per call.
 	// Two sweeps at once never recover one lease twice.
 	Sweep(ctx context.Context, limit int) ([]Recovered, error)
+	// Settings reads pool's settings record; stored is false (and the settings zero, but
+	// for nothing) when the pool has none.
+	Settings(ctx context.Context, pool string) (settings PoolSettings, stored bool, err error)
+	// SetSettings stores pool's retry policy and default max attempts in one write, creating
+	// the record if needed and leaving its paused flag as it was; it returns the record.
+	SetSettings(ctx context.Context, pool string, settings PoolSettings) (PoolSettings, error)
+	// SetPaused sets pool's paused flag, creating the record if needed. A Pick that begins
+	// after it returned sees the flag.
+	SetPaused(ctx context.Context, pool string, paused bool) error
+	// Cancel cancels an available or delayed task: kept as Cancelled for the retention, or
+	// deleted without one. A task already cancelled is no error; ErrNotFound,
+	// ErrCancelLeased, ErrCancelDead or ErrCancelDone otherwise.
+	Cancel(ctx context.Context, pool, id string) error
 	// Close releases the backend's resources (not connections it was given).
 	Close() error
 }

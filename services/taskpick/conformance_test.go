@@ -46,6 +46,12 @@ var behaviours = []struct {
 	{"UniquePeriodOutlivesItsTask", testUniquePeriod},
 	{"UniqueExactUnder64ConcurrentPuts", testUniqueConcurrent},
 	{"UniqueOverlappingBatchesNeitherRaceNorDeadlock", testUniqueOverlapping},
+	{"NackFollowsThePoolRetryPolicy", testRetryPolicy},
+	{"PausedPoolWaitsAndResumeWakes", testPauseResume},
+	{"NoPickAfterPauseAnswered", testPauseStopsPickers},
+	{"CancelReadyDelayedNotLeased", testCancel},
+	{"PoolSettingsSurviveRestart", testSettingsSurviveRestart},
+	{"RacingSetPoolSettingsLeaveOneWhole", testConcurrentSettings},
 }
 
 func TestConformance(t *testing.T) {

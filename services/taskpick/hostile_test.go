@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/testenv"
 )
 
@@ -67,5 +68,30 @@ func TestHostileInput(t *testing.T) {
 		hostile("batch two kinds in one operation", svc+"Batch", `{"operations":[{"ack":{"pool":"p"},"get":{"pool":"p"}}]}`, bad, "operations[0].get"),
 		hostile("batch pick", svc+"Batch", `{"operations":[{"pick":{"pool":"p"}}]}`, bad, "operations[0].pick"),
 		hostile("body not JSON", svc+"Pick", `pool=p`, bad, "request body"),
+		hostile("settings initial negative", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"-5s"}}}`, bad, "settings.retry.initial"),
+		hostile("settings initial zero", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"0s"}}}`, bad, "settings.retry.initial"),
+		hostile("settings initial missing", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"jitter":0.5}}}`, bad, "settings.retry.initial"),
+		hostile("settings initial 31 days", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"2678400s"}}}`, bad, "settings.retry.initial"),
+		hostile("settings cap below initial", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"10s","max":"1s"}}}`, bad, "settings.retry.max"),
+		hostile("settings cap negative", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"1s","max":"-1s"}}}`, bad, "settings.retry.max"),
+		hostile("settings jitter over 1", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"1s","jitter":1.5}}}`, bad, "settings.retry.jitter"),
+		hostile("settings jitter negative", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"1s","jitter":-0.1}}}`, bad, "settings.retry.jitter"),
+		hostile("settings jitter NaN", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"1s","jitter":"NaN"}}}`, bad, "settings.retry.jitter"),
+		hostile("settings multiplier below 1", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"1s","multiplier":0.5}}}`, bad, "settings.retry.multiplier"),
+		hostile("settings multiplier infinite", svc+"SetPoolSettings", `{"pool":"p","settings":{"retry":{"initial":"1s","multiplier":"Infinity"}}}`, bad, "settings.retry.multiplier"),
+		hostile("settings max_attempts 0", svc+"SetPoolSettings", `{"pool":"p","settings":{"maxAttempts":0}}`, bad, "settings.max_attempts"),
+		hostile("settings max_attempts 2^31", svc+"SetPoolSettings", `{"pool":"p","settings":{"maxAttempts":2147483648}}`, bad, "settings.max_attempts"),
+		hostile("settings paused a string", svc+"SetPoolSettings", `{"pool":"p","settings":{"paused":"yes"}}`, bad, "settings.paused"),
+		hostile("settings pool 1 MB", svc+"SetPoolSettings", `{"pool":"`+mega+`"}`, bad, "pool"),
+		hostile("pause pool 1 MB", svc+"PausePool", `{"pool":"`+mega+`"}`, bad, "pool"),
+		hostile("resume pool empty", svc+"ResumePool", `{"pool":""}`, bad, "pool"),
+		hostile("get settings pool NUL", svc+"GetPoolSettings", `{"pool":"a\u0000b"}`, bad, "pool"),
+		hostile("cancel id 1 MB", svc+"CancelTask", `{"pool":"p","id":"`+mega+`"}`, bad, "id"),
+		hostile("cancel no id", svc+"CancelTask", `{"pool":"p"}`, bad, "id"),
 	})
+	// None of it was stored.
+	got, err := inst.client.GetPoolSettings(ctx, &taskpickv1.GetPoolSettingsRequest{Pool: "p"})
+	if err != nil || got.GetStored() {
+		t.Fatalf("after hostile SetPoolSettings calls: %v %v, want no record", got, err)
+	}
 }

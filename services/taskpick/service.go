@@ -267,9 +267,18 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 	if err != nil {
 		return nil, err
 	}
+	fallback, err := server.DurationIn("default_retry_after", req.GetDefaultRetryAfter(), 0, 0, MaxDelay)
+	if err != nil {
+		return nil, err
+	}
 	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
 		return nil, err
+	}
+	if req.GetRetryAfter() == nil {
+		if retry, err = policyOr(ctx, b, req.GetPool(), fallback); err != nil {
+			return nil, server.Error(ctx, err)
+		}
 	}
 	dead, err := b.Nack(ctx, req.GetPool(), req.GetId(), lease, retry, cutReason(req.GetReason()))
 	if err != nil {
@@ -278,7 +287,7 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 	s.count(name, "nacked", 1)
 	if dead {
 		s.count(name, "died", 1)
-	} else if retry == 0 {
+	} else if retry <= 0 { // a policy's delay may be 0 too; a needless wake costs one Pick
 		s.announce(name, req.GetPool(), 1)
 	}
 	return &taskpickv1.NackResponse{Dead: dead}, nil
@@ -372,7 +381,12 @@ func (s *Service) Stats(ctx context.Context, req *taskpickv1.StatsRequest) (*tas
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
-	resp := &taskpickv1.StatsResponse{Available: st.Available, Delayed: st.Delayed, Leased: st.Leased, Dead: st.Dead, Done: st.Done}
+	set, _, err := b.Settings(ctx, req.GetPool())
+	if err != nil {
+		return nil, server.Error(ctx, err)
+	}
+	resp := &taskpickv1.StatsResponse{Available: st.Available, Delayed: st.Delayed, Leased: st.Leased, Dead: st.Dead, Done: st.Done,
+		Cancelled: st.Cancelled, Paused: set.Paused}
 	if !st.OldestAvailable.IsZero() {
 		resp.OldestAvailableAge = durationpb.New(max(st.Now.Sub(st.OldestAvailable), 0))
 	}
@@ -422,4 +436,21 @@ func (s *Service) Requeue(ctx context.Context, req *taskpickv1.RequeueRequest) (
 	s.count(name, "requeued", countTrue(done))
 	s.announce(name, req.GetPool(), countTrue(done))
 	return &taskpickv1.RequeueResponse{Requeued: done}, nil
+}
+
+// policyOr is the retryAfter of a Nack without its own delay: PoolPolicy when the pool has a
+// retry policy, else fallback (the caller's default_retry_after). Only a fallback costs the
+// read of the pool's settings.
+func policyOr(ctx context.Context, b Backend, pool string, fallback time.Duration) (time.Duration, error) {
+	if fallback <= 0 {
+		return PoolPolicy, nil
+	}
+	set, _, err := b.Settings(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	if set.Retry != nil {
+		return PoolPolicy, nil
+	}
+	return fallback, nil
 }

@@ -108,8 +108,8 @@ func testUniqueActive(t *testing.T, b backendCase) {
 	wantCreated(t, putAll(t, in, p, uniqueTask("e", "nightly", active)), 0)
 }
 
-// testUniqueQueued: a queued key is held until its task is first picked, so one more task may
-// queue behind a running one, and no more.
+// testUniqueQueued: a queued key is held until its task is first picked (or cancelled), so one
+// more task may queue behind a running one, and no more.
 func testUniqueQueued(t *testing.T, b backendCase) {
 	in, p := one(t, b), pool(t, "uqueued")
 	const queued = taskpickv1.UniqueScope_UNIQUE_SCOPE_QUEUED
@@ -131,6 +131,11 @@ func testUniqueQueued(t *testing.T, b backendCase) {
 		t.Fatal(err)
 	}
 	wantDuplicate(t, putAll(t, in, p, uniqueTask("f", "index", queued)), 0, "d", taskpickv1.State_STATE_AVAILABLE)
+	// CancelTask frees the key too.
+	if _, err := in.client.CancelTask(ctx, &taskpickv1.CancelTaskRequest{Pool: p, Id: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	wantCreated(t, putAll(t, in, p, uniqueTask("f", "index", queued)), 0)
 }
 
 // testUniquePeriod: a period key is held from the Put for its period, even after its task

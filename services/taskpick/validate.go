@@ -86,10 +86,7 @@ func parseTasks(in []*taskpickv1.NewTask, now time.Time) ([]NewTask, error) {
 		if len(t.GetPayload()) > MaxPayloadBytes {
 			return nil, server.InvalidField(field("payload"), "is %d bytes, the limit is %d", len(t.GetPayload()), MaxPayloadBytes)
 		}
-		maxA := t.GetMaxAttempts()
-		if maxA == 0 {
-			maxA = DefaultMaxAttempts
-		}
+		maxA := t.GetMaxAttempts() // 0: the pool's default, which the backend reads
 		if maxA > MaxAttempts {
 			return nil, server.InvalidField(field("max_attempts"), "%d is over the limit %d", maxA, MaxAttempts)
 		}

@@ -16,7 +16,8 @@ import (
 // available event for n tasks wakes the first n waiters of the line; a waiter that then picks
 // a full batch wakes the next one, since more may be left. Events are hints (NATS may lose
 // them): a waiter also tries again at the earliest delayed task's due time, and every
-// recheck interval (Config.Recheck with events, PollInterval without).
+// recheck interval (Config.Recheck with events, PollInterval without). A Pick of a paused
+// pool waits the same way: ResumePool announces the pool's tasks, which wakes it.
 const (
 	// DefaultRecheck bounds how long a lost event delays a waiting Pick while events flow.
 	DefaultRecheck = time.Second
@@ -64,7 +65,7 @@ func (s *Service) pick(ctx context.Context, name string, b Backend, pool string,
 		} else {
 			next = minTime(next, start.Add(PollInterval))
 		}
-		if !p.NextDue.IsZero() {
+		if !p.NextDue.IsZero() && !p.Paused { // paused: ResumePool's announcement wakes it
 			next = minTime(next, p.NextDue)
 		}
 		t := time.NewTimer(max(time.Until(next), 0))

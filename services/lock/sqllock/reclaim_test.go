@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coordkit/coordkit/libs/testenv"
 )
 
 // distinctKeys is how many per-entity keys TestFreeKeysLeaveNoRows locks on each engine:
@@ -23,7 +25,7 @@ func distinctKeys(engine string) int {
 	switch {
 	case engine == "mysql", engine == "postgres":
 		return 2_000
-	case raceEnabled:
+	case testenv.Race:
 		return 5_000
 	}
 	return 100_000

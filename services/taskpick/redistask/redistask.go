@@ -12,11 +12,13 @@
 //	<prefix>:{T}:done:<pool>     acked tasks kept for the retention, by purge time
 //	<prefix>:{T}:seq:<pool>      a counter that orders tasks that became ready in one ms
 //	<prefix>:{T}:reg:<pool>      set while the pool is in the pools hash
+//	<prefix>:{T}:settings:<pool> the pool's settings hash (paused, retry policy, max attempts)
+//	<prefix>:{T}:cancelled:<pool> cancelled tasks kept for the retention, by purge time
 //	<prefix>:{T}:task:<pool>\0<id>  the task hash
 //	<prefix>:{T}:task:<pool>\0\0<key>  a unique key: its scope and holder (see putScript)
 //	<prefix>:pools               pool -> registration generation: the pools a sweep visits
 //
-// Tasks live in exactly one of ready (both sets), delayed, leased, dead or done. Redis's own
+// Tasks live in exactly one of ready (both sets), delayed, leased, dead, done or cancelled. Redis's own
 // clock (TIME, in a script) decides lease ends and due times. A pool is in the pools hash while
 // it has leased or done tasks; the sweep drops it when it has none, conditional on the
 // generation it read, so a pool registered again meanwhile is never lost.
@@ -24,7 +26,7 @@ package redistask
 
 import (
 	"context"
-
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -80,8 +82,8 @@ func (b *Backend) Close() error { return nil }
 // keys returns the pool's keys (KEYS of every script) and the task-key prefix (ARGV[1]).
 func (b *Backend) keys(pool string) ([]string, string) {
 	base := b.prefix + ":{" + redisslot.Tag(redisslot.Of(pool)) + "}:"
-	ks := make([]string, 0, 8)
-	for _, k := range []string{"ready:", "fifo:", "delayed:", "leased:", "dead:", "done:", "seq:", "reg:"} {
+	ks := make([]string, 0, 10)
+	for _, k := range []string{"ready:", "fifo:", "delayed:", "leased:", "dead:", "done:", "seq:", "reg:", "settings:", "cancelled:"} {
 		ks = append(ks, base+k+pool)
 	}
 	return ks, base + "task:" + pool + "\x00"
@@ -165,7 +167,8 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 		out.NextDue = time.UnixMilli(due)
 	}
 	out.Full = toInt(vals[2]) == 1
-	for i := 3; i+5 < len(vals); i += 6 {
+	out.Paused = toInt(vals[3]) == 1
+	for i := 4; i+5 < len(vals); i += 6 {
 		out.Tasks = append(out.Tasks, taskpick.LeasedTask{
 			ID: vals[i].(string), Payload: []byte(vals[i+1].(string)), Priority: int32(toInt(vals[i+2])),
 			Token: uint64(toInt(vals[i+3])), Attempt: uint32(toInt(vals[i+4])), MaxAttempts: uint32(toInt(vals[i+5])),
@@ -214,7 +217,11 @@ func (b *Backend) Extend(ctx context.Context, pool, id string, lease taskpick.Le
 
 // Nack implements taskpick.Backend.
 func (b *Backend) Nack(ctx context.Context, pool, id string, lease taskpick.Lease, retryAfter time.Duration, reason string) (bool, error) {
-	v, err := b.run(ctx, nackScript, pool, id, strconv.FormatUint(lease.Token, 10), lease.Digest, ceilMillis(retryAfter), reason)
+	ms := int64(-1)
+	if retryAfter != taskpick.PoolPolicy {
+		ms = ceilMillis(retryAfter)
+	}
+	v, err := b.run(ctx, nackScript, pool, id, strconv.FormatUint(lease.Token, 10), lease.Digest, ms, reason, rand.Float64())
 	if err != nil {
 		return false, err
 	}
@@ -247,6 +254,8 @@ func (b *Backend) Get(ctx context.Context, pool, id string) (taskpick.Task, erro
 		t.State = taskpick.Dead
 	case 4:
 		t.State = taskpick.Done
+	case 5:
+		t.State = taskpick.Cancelled
 	}
 	return t, nil
 }
@@ -270,6 +279,7 @@ func (b *Backend) Stats(ctx context.Context, pool string) (taskpick.Stats, error
 	s := taskpick.Stats{
 		Now: time.UnixMilli(toInt(vals[0])), Available: uint64(toInt(vals[1])), Delayed: uint64(toInt(vals[2])),
 		Leased: uint64(toInt(vals[3])), Dead: uint64(toInt(vals[4])), Done: uint64(toInt(vals[5])),
+		Cancelled: uint64(toInt(vals[7])),
 	}
 	if o := toInt(vals[6]); o >= 0 && s.Available > 0 {
 		s.OldestAvailable = time.UnixMilli(o)

@@ -1,17 +1,27 @@
 package redistask
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/services/taskpick"
+)
 
 // Every script takes the pool's keys (see Layout.Keys) as KEYS and the task-key prefix as
 // ARGV[1]; task hashes are ARGV[1] .. id. All of a pool's keys share one hash slot.
 //
-// A task hash holds: p payload, pr priority, st state (1 available, 2 leased, 3 dead, 4 done),
+// The settings hash (K_SET) holds: paused (1 while paused), ma the default max attempts, and
+// the retry policy: ri initial ms, rc cap ms, rm multiplier, rj jitter (no ri: no policy).
+//
+// A task hash holds: p payload, pr priority, st state (1 available, 2 leased, 3 dead, 4 done,
+// 5 cancelled),
 // m its member in the ready sets while it is ready, ra (ready: when it became available;
 // delayed: when it is due; leased: the lease's end; dead: when it died; done: purge time),
 // tk the last lease token, lh the digest of the lease's secret, at attempts, ma max attempts, f failures, r recoveries, e last error.
 const prelude = `
-local K_READY, K_FIFO, K_DELAYED, K_LEASED, K_DEAD, K_DONE, K_SEQ, K_REG =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_READY, K_FIFO, K_DELAYED, K_LEASED, K_DEAD, K_DONE, K_SEQ, K_REG, K_SET, K_CANC =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local P = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -50,6 +60,22 @@ local function held(key, token, digest)
   if st ~= '2' or tk ~= token or not lh or lh == '' or lh ~= digest or tonumber(ra) <= now then return -1 end
   return 1
 end
+-- policyDelay is the pool's retry delay in ms after the failure of attempt at, as
+-- taskpick.DelayMillis computes it, with draw in [0, 1).
+local function policyDelay(at, draw)
+  local ri, rc, rm, rj = unpack(redis.call('HMGET', K_SET, 'ri', 'rc', 'rm', 'rj'))
+  ri = tonumber(ri or '0') or 0
+  if ri <= 0 then return 0 end
+  rc, rm, rj = tonumber(rc), tonumber(rm), tonumber(rj)
+  local d, i = ri, 1
+  while i < at and i < 1000 and d < rc do -- 1000: taskpick.MaxAttempts
+    d = d * rm
+    i = i + 1
+  end
+  if d > rc then d = rc end
+  d = d * (1 - rj * draw)
+  return math.ceil(d)
+end
 -- cost bounds a task's bytes in an answer, as taskpick.AnswerBytes.
 local function cost(plen, slen)
   return 4 * math.floor((plen + 2) / 3) + 6 * slen + 256
@@ -68,6 +94,8 @@ end
 // expires by itself (PX).
 var putScript = redis.NewScript(prelude + `
 local out = {}
+local poolMax = redis.call('HGET', K_SET, 'ma')
+if not poolMax or poolMax == '0' then poolMax = '` + strconv.Itoa(taskpick.DefaultMaxAttempts) + `' end
 local tok = string.format('%.0f', (now + 2) * 1024)
 local function state(key)
   local st, ra, at = unpack(redis.call('HMGET', key, 'st', 'ra', 'at'))
@@ -95,6 +123,7 @@ while i <= #ARGV do
   local id, payload, prio, delay, maxa = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
   local ukey, uscope, uperiod = ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
   local key = P .. id
+  if maxa == '0' then maxa = poolMax end
   local hid, hst
   if ukey ~= '' then hid, hst = holder(ukey) end
   if hid and hid ~= id then
@@ -132,10 +161,12 @@ return out
 
 // pickScript: ARGV[2] count, ARGV[3] ttl ms, ARGV[4] order (fifo, priority, random), ARGV[5]
 // the answer's byte budget, ARGV[6..] the new leases' digests, one per task in pick order.
-// Returns {registered, next due or -1, full, then per task in pick order: id, payload,
-// priority, token, attempt, max}; full is 1 when the budget stopped the pick.
+// Returns {registered, next due or -1, full, paused, then per task in pick order: id,
+// payload, priority, token, attempt, max}; full is 1 when the budget stopped the pick, paused
+// 1 when the pool is paused (and nothing was picked).
 var pickScript = redis.NewScript(prelude + `
 local n, ttl, order, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+if redis.call('HGET', K_SET, 'paused') == '1' then return {0, -1, 0, 1} end
 promote(1000)
 local members
 if order == 'random' then
@@ -145,7 +176,7 @@ elseif order == 'priority' then
 else
   members = redis.call('ZRANGE', K_FIFO, 0, n - 1)
 end
-local out = {0, -1, 0}
+local out = {0, -1, 0, 0}
 if #members > 0 then out[1] = register() end
 local exp = now + 1 + ttl
 local used, taken = 0, 0
@@ -205,8 +236,9 @@ redis.call('ZADD', K_LEASED, exp, id)
 return 1
 `)
 
-// nackScript: ARGV[2] id, ARGV[3] token, ARGV[4] digest, ARGV[5] retry-after ms, ARGV[6]
-// reason. Returns held, or 2 when the task died.
+// nackScript: ARGV[2] id, ARGV[3] token, ARGV[4] digest, ARGV[5] retry-after ms (-1: the
+// pool's policy), ARGV[6] reason, ARGV[7] the policy's jitter draw. Returns held, or 2 when
+// the task died.
 var nackScript = redis.NewScript(prelude + `
 local id, delay = ARGV[2], tonumber(ARGV[5])
 local key = P .. id
@@ -221,6 +253,7 @@ if tonumber(at) >= tonumber(maxa) then
   redis.call('ZADD', K_DEAD, now, id)
   return 2
 end
+if delay < 0 then delay = policyDelay(tonumber(at), tonumber(ARGV[7])) end
 if delay > 0 then
   redis.call('HSET', key, 'st', 1, 'm', '', 'ra', string.format('%.0f', now + delay))
   redis.call('ZADD', K_DELAYED, now + delay, id)
@@ -239,7 +272,8 @@ table.insert(v, 1, now)
 return v
 `)
 
-// statsScript returns {now, available, delayed, leased, dead, done, oldest ready-at or -1}.
+// statsScript returns {now, available, delayed, leased, dead, done, oldest ready-at or -1,
+// cancelled}.
 var statsScript = redis.NewScript(prelude + `
 local due = redis.call('ZCOUNT', K_DELAYED, '-inf', now)
 local oldest = -1
@@ -250,7 +284,8 @@ if due > 0 then
   if oldest < 0 or tonumber(d[2]) < oldest then oldest = tonumber(d[2]) end
 end
 return {now, redis.call('ZCARD', K_FIFO) + due, redis.call('ZCARD', K_DELAYED) - due,
-  redis.call('ZCARD', K_LEASED), redis.call('ZCARD', K_DEAD), redis.call('ZCARD', K_DONE), oldest}
+  redis.call('ZCARD', K_LEASED), redis.call('ZCARD', K_DEAD), redis.call('ZCARD', K_DONE), oldest,
+  redis.call('ZCARD', K_CANC)}
 `)
 
 // listDeadScript: ARGV[2] limit, ARGV[3] the answer's byte budget. Returns {total, truncated,
@@ -315,15 +350,71 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASED, '-inf', now, 'LIMIT', 
   end
 end
 local promoted = promote(limit)
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DONE, '-inf', now, 'LIMIT', 0, limit)) do
-  redis.call('ZREM', K_DONE, id)
-  unclaim(P .. id, id)
-  redis.call('DEL', P .. id)
+for _, kept in ipairs({K_DONE, K_CANC}) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', kept, '-inf', now, 'LIMIT', 0, limit)) do
+    redis.call('ZREM', kept, id)
+    unclaim(P .. id, id)
+    redis.call('DEL', P .. id)
+  end
 end
 local idle = 0
-if redis.call('ZCARD', K_LEASED) == 0 and redis.call('ZCARD', K_DONE) == 0 and redis.call('ZCARD', K_DELAYED) == 0 then
+if redis.call('ZCARD', K_LEASED) == 0 and redis.call('ZCARD', K_DONE) == 0 and redis.call('ZCARD', K_DELAYED) == 0 and
+    redis.call('ZCARD', K_CANC) == 0 then
   redis.call('DEL', K_REG)
   idle = 1
 end
 return {back, died, promoted, idle}
+`)
+
+// cancelScript: ARGV[2] id, ARGV[3] retention ms. Returns {result, registered}: result 1
+// cancelled (or already cancelled), 0 missing, else the task's state (2 leased, 3 dead, 4
+// done).
+var cancelScript = redis.NewScript(prelude + `
+local id, keep = ARGV[2], tonumber(ARGV[3])
+local key = P .. id
+local st, m = unpack(redis.call('HMGET', key, 'st', 'm'))
+if not st then return {0, 0} end
+if st == '5' then return {1, 0} end
+if st ~= '1' then return {tonumber(st), 0} end
+if m and m ~= '' then
+  redis.call('ZREM', K_FIFO, m)
+  redis.call('ZREM', K_READY, m)
+else
+  redis.call('ZREM', K_DELAYED, id)
+end
+if keep > 0 then
+  redis.call('HSET', key, 'st', 5, 'm', '', 'ra', string.format('%.0f', now + keep))
+  redis.call('ZADD', K_CANC, now + keep, id)
+  return {1, register()}
+end
+unclaim(key, id)
+redis.call('DEL', key)
+return {1, 0}
+`)
+
+// settingsScript returns the settings hash as {paused, ma, ri, rc, rm, rj, exists}.
+var settingsScript = redis.NewScript(prelude + `
+local v = redis.call('HMGET', K_SET, 'paused', 'ma', 'ri', 'rc', 'rm', 'rj')
+v[7] = redis.call('EXISTS', K_SET)
+return v
+`)
+
+// setSettingsScript: ARGV[2] ma, ARGV[3..6] ri, rc, rm, rj (an empty ri for no policy). It replaces
+// them in one step, keeping paused, and returns as settingsScript.
+var setSettingsScript = redis.NewScript(prelude + `
+redis.call('HDEL', K_SET, 'ri', 'rc', 'rm', 'rj')
+redis.call('HSET', K_SET, 'ma', ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('HSET', K_SET, 'ri', ARGV[3], 'rc', ARGV[4], 'rm', ARGV[5], 'rj', ARGV[6])
+end
+if not redis.call('HGET', K_SET, 'paused') then redis.call('HSET', K_SET, 'paused', 0) end
+local v = redis.call('HMGET', K_SET, 'paused', 'ma', 'ri', 'rc', 'rm', 'rj')
+v[7] = 1
+return v
+`)
+
+// pauseScript: ARGV[2] 1 to pause, 0 to resume.
+var pauseScript = redis.NewScript(prelude + `
+redis.call('HSET', K_SET, 'paused', ARGV[2])
+return 1
 `)

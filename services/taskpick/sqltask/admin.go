@@ -40,6 +40,8 @@ func scanTask(row interface{ Scan(...any) error }) (taskpick.Task, error) {
 		t.State = taskpick.Dead
 	case stDone:
 		t.State = taskpick.Done
+	case stCancelled:
+		t.State = taskpick.Cancelled
 	}
 	return t, err
 }
@@ -48,7 +50,7 @@ func scanTask(row interface{ Scan(...any) error }) (taskpick.Task, error) {
 func (b *Backend) Stats(ctx context.Context, pool string) (taskpick.Stats, error) {
 	var s taskpick.Stats
 	var oldest, now int64
-	err := b.st.stats.QueryRowContext(ctx, pool).Scan(&s.Available, &s.Delayed, &s.Leased, &s.Dead, &s.Done, &oldest, &now)
+	err := b.st.stats.QueryRowContext(ctx, pool).Scan(&s.Available, &s.Delayed, &s.Leased, &s.Dead, &s.Done, &s.Cancelled, &oldest, &now)
 	if err != nil {
 		return taskpick.Stats{}, b.fail(ctx, err)
 	}

@@ -40,6 +40,15 @@ func (b *Backend) Extend(ctx context.Context, pool, id string, lease taskpick.Le
 // Nack implements taskpick.Backend: one UPDATE whose WHERE checks the lease, then a read of
 // what it made of the task.
 func (b *Backend) Nack(ctx context.Context, pool, id string, lease taskpick.Lease, retryAfter time.Duration, reason string) (bool, error) {
+	if retryAfter == taskpick.PoolPolicy {
+		// The lease fixes the attempt: the UPDATE below changes the task only under the
+		// lease this read saw, or not at all.
+		d, err := b.policyDelay(ctx, pool, id)
+		if err != nil {
+			return false, err
+		}
+		retryAfter = d
+	}
 	err := b.leaseWrite(ctx, pool, id, lease, false, func() (sql.Result, error) {
 		return b.st.nack.ExecContext(ctx, b.errorText(reason), randomPosition(), ceilMillis(retryAfter), pool, id, storedToken(lease.Token), lease.Digest)
 	})

@@ -61,8 +61,12 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 	}
 	run := func(skippedFirst bool) error {
 		return b.tx(ctx, func(tx *sql.Tx) (err error) {
-			if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
+			var paused int
+			if err := tx.StmtContext(ctx, b.st.nowPaused).QueryRowContext(ctx, pool).Scan(&now, &paused); err != nil {
 				return err
+			}
+			if out.Paused = paused != 0; out.Paused {
+				return nil
 			}
 			out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, now, skippedFirst)
 			return err
@@ -75,7 +79,7 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	if len(out.Tasks) < spec.N && !out.Full {
+	if len(out.Tasks) < spec.N && !out.Full && !out.Paused {
 		var due sql.NullInt64
 		if err := b.st.nextDue.QueryRowContext(ctx, pool, now).Scan(&due); err != nil {
 			return taskpick.Picked{}, b.fail(ctx, err)

@@ -31,7 +31,8 @@ import (
 // pickSizeExpr is taskpick.AnswerBytes of a row, in SQL.
 var pickSizeExpr = "4 * ((octet_length(payload) + 2) / 3) + 6 * octet_length(id) + " + strconv.Itoa(taskpick.TaskOverheadBytes)
 
-// pickStatement is the one-statement pick of up to n in order o. Parameters: pool,
+// pickStatement is the one-statement pick of up to n in order o; it leases nothing while the
+// pool is paused (poolTable), and says so. Parameters: pool (for paused), pool,
 // (random: r, pool, r), max bytes, lease ttl in ms, digests (text[]), pool.
 //
 // n is in the text, not a parameter: PostgreSQL plans a prepared statement once for every
@@ -42,7 +43,8 @@ func pickStatement(o taskpick.Order, n int, now string) string {
 	limit := strconv.Itoa(n)
 	avail := strconv.Itoa(stAvailable)
 	cols := "seq, neg_priority, run_at, rnd, " + pickSizeExpr + " AS size"
-	due := " FROM " + table + " WHERE pool = ? AND state = " + avail + " AND " + pickOnly[o] + " AND run_at <= (SELECT now FROM clock)"
+	due := " FROM " + table + " WHERE pool = ? AND state = " + avail + " AND " + pickOnly[o] + " AND run_at <= (SELECT now FROM clock)" +
+		" AND (SELECT paused FROM clock) = 0"
 	var locked, window string
 	if o == taskpick.Random {
 		locked = "first AS (SELECT " + cols + due + " AND rnd >= ? ORDER BY rnd LIMIT " + limit + " FOR UPDATE SKIP LOCKED), " +
@@ -56,7 +58,7 @@ func pickStatement(o taskpick.Order, n int, now string) string {
 			window = "neg_priority, run_at, seq"
 		}
 	}
-	return "WITH clock AS MATERIALIZED (SELECT " + now + " AS now), " + locked +
+	return "WITH clock AS MATERIALIZED (SELECT " + now + " AS now, COALESCE((SELECT paused FROM " + poolTable + " WHERE pool = ?), 0) AS paused), " + locked +
 		"numbered AS (SELECT seq, row_number() OVER w AS i, SUM(size) OVER w AS used FROM locked" +
 		" WINDOW w AS (ORDER BY " + window + " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)), " +
 		"kept AS (SELECT seq, i FROM numbered WHERE i = 1 OR used <= ?), " +
@@ -65,7 +67,7 @@ func pickStatement(o taskpick.Order, n int, now string) string {
 		" lease_hash = (?::text[])[kept.i]" +
 		" FROM kept, clock WHERE t.seq = kept.seq" +
 		" RETURNING kept.i, t.id, t.payload, t.neg_priority, t.token, t.attempt, t.max_attempts) " +
-		"SELECT clock.now, (SELECT COUNT(*) FROM locked)," +
+		"SELECT clock.now, clock.paused, (SELECT COUNT(*) FROM locked)," +
 		" CASE WHEN (SELECT COUNT(*) FROM upd) < " + limit + " THEN (SELECT MIN(run_at) FROM " + table +
 		" WHERE pool = ? AND state = " + avail + " AND " + pickOnly[taskpick.FIFO] + " AND run_at > clock.now) END," +
 		" upd.i, upd.id, upd.payload, upd.neg_priority, upd.token, upd.attempt, upd.max_attempts" +
@@ -78,7 +80,7 @@ func (b *Backend) pickInOneStatement(ctx context.Context, pool string, spec task
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	args := []any{pool}
+	args := []any{pool, pool}
 	if spec.Order == taskpick.Random {
 		r := randomPosition()
 		args = append(args, r, pool, r)
@@ -92,14 +94,14 @@ func (b *Backend) pickInOneStatement(ctx context.Context, pool string, spec task
 			return err
 		}
 		defer rows.Close()
-		var locked int
+		var locked, paused int
 		var due sql.NullInt64
 		for rows.Next() {
 			var now int64
 			var i, neg, token, attempt, maxAttempts sql.NullInt64
 			var id sql.NullString
 			var payload []byte
-			if err := rows.Scan(&now, &locked, &due, &i, &id, &payload, &neg, &token, &attempt, &maxAttempts); err != nil {
+			if err := rows.Scan(&now, &paused, &locked, &due, &i, &id, &payload, &neg, &token, &attempt, &maxAttempts); err != nil {
 				return err
 			}
 			if !i.Valid {
@@ -114,6 +116,9 @@ func (b *Backend) pickInOneStatement(ctx context.Context, pool string, spec task
 			return err
 		}
 		out.Full = locked > len(out.Tasks)
+		if out.Paused = paused != 0; out.Paused {
+			due = sql.NullInt64{}
+		}
 		if len(out.Tasks) < spec.N && !out.Full && due.Valid {
 			out.NextDue = fromMillis(due.Int64)
 		}

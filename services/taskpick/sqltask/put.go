@@ -3,6 +3,7 @@ package sqltask
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"slices"
 
 	"github.com/coordkit/coordkit/services/taskpick"
@@ -29,6 +30,13 @@ func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask
 				return err
 			}
 		}
+		var poolMax uint32 // the pool's default attempts, read only when a task leaves them unset
+		if slices.ContainsFunc(tasks, func(t taskpick.NewTask) bool { return t.MaxAttempts == 0 }) {
+			err := tx.StmtContext(ctx, b.st.poolMax).QueryRowContext(ctx, pool).Scan(&poolMax)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
 		ins := tx.StmtContext(ctx, b.st.insert)
 		for i, t := range tasks {
 			if t.UniqueKey != "" {
@@ -46,7 +54,7 @@ func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask
 				runAt = now + 1 + ceilMillis(t.Delay)
 			}
 			res, err := ins.ExecContext(ctx, pool, t.ID, -int64(t.Priority), randomPosition(),
-				runAt, taskpick.PutToken(now), t.MaxAttempts, nonNil(t.Payload))
+				runAt, taskpick.PutToken(now), taskpick.MaxAttemptsFor(t.MaxAttempts, poolMax), nonNil(t.Payload))
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,8 @@ const (
 	stLeased    = 2
 	stDead      = 3
 	stDone      = 4
+	// stCancelled tasks wait for the retention's purge, as done ones do.
+	stCancelled = 5
 )
 
 // indexes are the indexes of the table, as SQLite creates them (MySQL in its CREATE TABLE,
@@ -193,6 +195,9 @@ func migrate(ctx context.Context, db *sqldb.DB) error {
 			}
 		}
 	}
+	if err := createPoolTable(ctx, db); err != nil {
+		return err
+	}
 	hasColumn := func() bool {
 		rows, err := db.QueryContext(ctx, "SELECT lease_hash FROM "+table+" WHERE 1 = 0")
 		if err != nil {
@@ -226,6 +231,18 @@ func redateLeases(ctx context.Context, db *sqldb.DB) error {
 	_, err := db.ExecContext(ctx, "UPDATE "+table+" SET run_at = run_at + ? WHERE state = "+strconv.Itoa(stLeased), shift.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("sqltask: %s: re-date leases: %w", db.Dialect.Name, err)
+	}
+	return nil
+}
+
+// createPoolTable creates the pool settings table (settings.go), racing instances as migrate
+// does.
+func createPoolTable(ctx context.Context, db *sqldb.DB) error {
+	q := poolSchema(db.Dialect.Key, db.Dialect.TableOptions)
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqltask: %s schema: %s: %w", db.Dialect.Name, poolTable, err)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package sqltask
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strconv"
 )
 
@@ -10,7 +11,16 @@ import (
 // closes every statement with arguments, three round trips instead of one.
 type statements struct {
 	now, insert, ack, extend, nack, lookup, nextDue, get, stats, requeue, listDead, countDead *sql.Stmt
-	uniqueLock, uniqueRead, uniqueTask, uniqueSeq, uniqueClaim                                *sql.Stmt
+	// pool settings (settings.go)
+	settings, setSettings, setPaused, poolMax, policy, cancel, nowPaused *sql.Stmt
+	// unique keys (uniqueput.go)
+	uniqueLock, uniqueRead, uniqueTask, uniqueSeq, uniqueClaim *sql.Stmt
+}
+
+// stmtText is a statement to prepare and where to keep it.
+type stmtText struct {
+	st **sql.Stmt
+	q  string
 }
 
 // leaseCheck is the WHERE of every statement a lease holder makes: the task is leased, by
@@ -35,10 +45,7 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 	} else {
 		ack = "DELETE FROM " + table + leaseCheck(now)
 	}
-	for _, p := range append([]struct {
-		st **sql.Stmt
-		q  string
-	}{
+	for _, p := range slices.Concat([]stmtText{
 		{&s.now, "SELECT " + now},
 		{&s.insert, d.InsertIgnore + " INTO " + table +
 			" (pool, id, state, neg_priority, rnd, run_at, token, max_attempts, payload) VALUES (?, ?, " + avail + ", ?, ?, ?, ?, ?, ?)" + d.OnConflictIgnore},
@@ -58,13 +65,14 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 			"COUNT(CASE WHEN state = " + leased + " THEN 1 END), " +
 			"COUNT(CASE WHEN state = " + dead + " THEN 1 END), " +
 			"COUNT(CASE WHEN state = " + done + " THEN 1 END), " +
+			"COUNT(CASE WHEN state = " + strconv.Itoa(stCancelled) + " THEN 1 END), " +
 			"COALESCE(MIN(CASE WHEN state = " + avail + " AND run_at <= n THEN run_at END), 0), MAX(n) " +
 			"FROM (SELECT " + now + " AS n) clock LEFT JOIN " + table + " ON pool = ?"},
 		{&s.requeue, "UPDATE " + table + " SET state = " + avail + ", attempt = 0, failures = 0, recoveries = 0, last_error = '', rnd = ?, run_at = ?" +
 			" WHERE pool = ? AND id = ? AND state = " + dead},
 		{&s.listDead, "SELECT " + taskCols + ", 0 FROM " + table + " WHERE pool = ? AND state = " + dead + " ORDER BY run_at, seq LIMIT ?"},
 		{&s.countDead, "SELECT COUNT(*) FROM " + table + " WHERE pool = ? AND state = " + dead},
-	}, uniqueStatements(s, d.Name, d.ForUpdate)...) {
+	}, b.poolStatements(s), uniqueStatements(s, d.Name, d.ForUpdate)) {
 		st, err := b.db.PrepareContext(ctx, p.q)
 		if err != nil {
 			return err
@@ -76,6 +84,7 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 
 func (s *statements) close() {
 	for _, st := range []*sql.Stmt{s.now, s.insert, s.ack, s.extend, s.nack, s.lookup, s.nextDue, s.get, s.stats, s.requeue, s.listDead, s.countDead,
+		s.settings, s.setSettings, s.setPaused, s.poolMax, s.policy, s.cancel, s.nowPaused,
 		s.uniqueLock, s.uniqueRead, s.uniqueTask, s.uniqueSeq, s.uniqueClaim} {
 		if st != nil {
 			st.Close()

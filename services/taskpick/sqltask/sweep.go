@@ -110,9 +110,9 @@ func (b *Backend) Sweep(ctx context.Context, limit int) ([]taskpick.Recovered, e
 	return out, nil
 }
 
-// purgeDone deletes up to limit done tasks whose retention passed.
+// purgeDone deletes up to limit done or cancelled tasks whose retention passed.
 func (b *Backend) purgeDone(ctx context.Context, limit int) error {
-	cond := " WHERE state = " + strconv.Itoa(stDone) + " AND run_at <= " + b.d.NowMillis
+	cond := " WHERE state IN (" + strconv.Itoa(stDone) + ", " + strconv.Itoa(stCancelled) + ") AND run_at <= " + b.d.NowMillis
 	q := "DELETE FROM " + table + cond + " LIMIT ?"
 	if b.d.Name != "mysql" { // SQLite has DELETE … LIMIT only as a compile-time option, PostgreSQL not at all
 		q = "DELETE FROM " + table + " WHERE seq IN (SELECT seq FROM " + table + cond + " LIMIT ?)"

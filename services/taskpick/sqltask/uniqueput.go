@@ -103,6 +103,8 @@ func stateOf(st uint32, runAt, now int64) taskpick.State {
 		return taskpick.Leased
 	case stDead:
 		return taskpick.Dead
+	case stCancelled:
+		return taskpick.Cancelled
 	}
 	return taskpick.Done
 }
@@ -122,14 +124,8 @@ func (b *Backend) claimUnique(ctx context.Context, tx *sql.Tx, pool string, t ta
 }
 
 // uniqueStatements are the statements of unique puts, prepared with the others.
-func uniqueStatements(s *statements, d string, forUpdate string) []struct {
-	st **sql.Stmt
-	q  string
-} {
-	return []struct {
-		st **sql.Stmt
-		q  string
-	}{
+func uniqueStatements(s *statements, d string, forUpdate string) []stmtText {
+	return []stmtText{
 		{&s.uniqueLock, uniqueLockQuery(d)},
 		{&s.uniqueRead, "SELECT id, task_seq, scope, until_ms FROM " + uniqueTable + " WHERE pool = ? AND ukey = ?" + forUpdate},
 		// The id too: a seq is never reused by SQLite (AUTOINCREMENT), PostgreSQL (identity)

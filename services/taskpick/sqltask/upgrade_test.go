@@ -15,7 +15,7 @@ import (
 // TestUpgradeAddsLeaseHash opens a SQLite file whose coordkit_tasks predates lease secrets,
 // with a task leased by the old version: the column is added, the old lease cannot be
 // finished by any secret (it has none), and once it expires the sweep recovers the task,
-// whose next lease works.
+// whose next lease works; pool settings work on it too.
 func TestUpgradeAddsLeaseHash(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tasks.db")
@@ -79,6 +79,22 @@ func TestUpgradeAddsLeaseHash(t *testing.T) {
 	})
 	if err != nil || !res[0].Created || !res[1].Duplicate || res[1].HolderID != "u1" {
 		t.Fatalf("unique Put on an upgraded table = %+v, %v; want u1 created, u2 its duplicate", res, err)
+	}
+	// The table made before pool settings gets them: the settings table is created beside it.
+	if _, err := b.SetSettings(ctx, "p", taskpick.PoolSettings{MaxAttempts: 3}); err != nil {
+		t.Fatalf("SetSettings on an upgraded database: %v", err)
+	}
+	if err := b.SetPaused(ctx, "p", true); err != nil {
+		t.Fatalf("SetPaused on an upgraded database: %v", err)
+	}
+	if _, err := b.Put(ctx, "p", []taskpick.NewTask{{ID: "new"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := b.Pick(ctx, "p", taskpick.PickSpec{N: 1, TTL: time.Minute, Digests: []string{digest}, MaxBytes: taskpick.DefaultMaxAnswerBytes}); err != nil || !p.Paused || len(p.Tasks) != 0 {
+		t.Fatalf("Pick of a paused pool on an upgraded database: %+v %v", p, err)
+	}
+	if task, err := b.Get(ctx, "p", "new"); err != nil || task.MaxAttempts != 3 {
+		t.Fatalf("a task put without max attempts: %+v %v, want the pool's 3", task, err)
 	}
 	// A second open finds the column and adds nothing.
 	again, err := sqltask.OpenSQLite(ctx, path, sqltask.Config{})

@@ -100,6 +100,8 @@ const (
 	State_STATE_DEAD State = 4
 	// Acked, and kept for the service's retention.
 	State_STATE_DONE State = 5
+	// Cancelled before it ran (CancelTask), and kept for the service's retention.
+	State_STATE_CANCELLED State = 6
 )
 
 // Enum value maps for State.
@@ -111,6 +113,7 @@ var (
 		3: "STATE_LEASED",
 		4: "STATE_DEAD",
 		5: "STATE_DONE",
+		6: "STATE_CANCELLED",
 	}
 	State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -119,6 +122,7 @@ var (
 		"STATE_LEASED":      3,
 		"STATE_DEAD":        4,
 		"STATE_DONE":        5,
+		"STATE_CANCELLED":   6,
 	}
 )
 
@@ -160,11 +164,11 @@ const (
 	// With a unique_key: UNIQUE_SCOPE_ACTIVE. Without one: no uniqueness.
 	UniqueScope_UNIQUE_SCOPE_UNSPECIFIED UniqueScope = 0
 	// Held while the task waits to be picked (available or delayed) and has not been picked
-	// since it was put or requeued: the first Pick frees the key, so one more task may queue
-	// behind a running one.
+	// since it was put or requeued: the first Pick (or CancelTask) frees the key, so one more
+	// task may queue behind a running one.
 	UniqueScope_UNIQUE_SCOPE_QUEUED UniqueScope = 1
 	// Held while the task is available, delayed or leased, including after a Nack that gives
-	// it back; freed when it is acked (done or deleted) or dead. Requeue of a dead task takes
+	// it back; freed when it is acked (done or deleted), cancelled or dead. Requeue of a dead task takes
 	// the key back unless another task took it meanwhile.
 	UniqueScope_UNIQUE_SCOPE_ACTIVE UniqueScope = 2
 	// Held for unique_period from the Put that added the task, measured on the backend's
@@ -226,8 +230,8 @@ type NewTask struct {
 	Priority int32 `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
 	// Not picked before this time; unset means now.
 	RunAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
-	// How many picks the task gets before it is dead; 0 means the service's default (25),
-	// at most 1000.
+	// How many picks the task gets before it is dead; 0 means the pool's default
+	// (PoolSettings.max_attempts), else the service's (25); at most 1000.
 	MaxAttempts uint32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// Makes the task unique by this key within its pool, for unique_scope: empty (default)
 	// means no uniqueness; otherwise 1 to 512 bytes of UTF-8 without NUL, like ids.
@@ -865,14 +869,19 @@ type NackRequest struct {
 	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
 	// The current lease's token; 0 is invalid.
 	LeaseToken uint64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	// How long until the task may be picked again: 0 (default) to 30 days.
+	// How long until the task may be picked again: 0 to 30 days. Unset means the pool's
+	// retry policy (PoolSettings.retry), which without one is 0: available again at once.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// Why it failed, kept as the task's last_error: at most 1 KiB of UTF-8 (longer is cut).
 	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The current lease's secret, as Pick returned it; required.
-	LeaseSecret   string `protobuf:"bytes,7,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseSecret string `protobuf:"bytes,7,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	// The delay when retry_after is unset and the pool has no retry policy: 0 to 30 days. Unset
+	// means 0. The SDK's Work sends its exponential backoff here, so a pool's policy wins over
+	// it and a pool without one still backs off.
+	DefaultRetryAfter *durationpb.Duration `protobuf:"bytes,40,opt,name=default_retry_after,json=defaultRetryAfter,proto3" json:"default_retry_after,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NackRequest) Reset() {
@@ -952,6 +961,13 @@ func (x *NackRequest) GetLeaseSecret() string {
 		return x.LeaseSecret
 	}
 	return ""
+}
+
+func (x *NackRequest) GetDefaultRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.DefaultRetryAfter
+	}
+	return nil
 }
 
 // NackResponse says what became of the task.
@@ -1455,8 +1471,12 @@ type StatsResponse struct {
 	Done uint64 `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
 	// How long the longest-waiting available task has been available; zero when none is.
 	OldestAvailableAge *durationpb.Duration `protobuf:"bytes,6,opt,name=oldest_available_age,json=oldestAvailableAge,proto3" json:"oldest_available_age,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Cancelled tasks kept for the retention.
+	Cancelled uint64 `protobuf:"varint,40,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// True while the pool is paused (PausePool).
+	Paused        bool `protobuf:"varint,41,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -1529,6 +1549,20 @@ func (x *StatsResponse) GetOldestAvailableAge() *durationpb.Duration {
 		return x.OldestAvailableAge
 	}
 	return nil
+}
+
+func (x *StatsResponse) GetCancelled() uint64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
 }
 
 // ListDeadRequest names a pool.
@@ -2269,6 +2303,655 @@ func (x *AvailableEvent) GetCount() uint32 {
 	return 0
 }
 
+// RetryPolicy is a pool's exponential backoff: after the failure of attempt a (from 1), a
+// Nack without retry_after makes the task available again after
+// min(max, initial × multiplier^(a-1)), less a random part of up to jitter of it.
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The delay after the first attempt: more than 0, at most 30 days; required.
+	Initial *durationpb.Duration `protobuf:"bytes,1,opt,name=initial,proto3" json:"initial,omitempty"`
+	// How much each attempt multiplies the delay: 0 means 2; else 1 to 100.
+	Multiplier float64 `protobuf:"fixed64,2,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	// The longest delay: at least initial, at most 30 days; unset means 30 days.
+	Max *durationpb.Duration `protobuf:"bytes,3,opt,name=max,proto3" json:"max,omitempty"`
+	// The random part: 0 (none) to 1. A delay d becomes a uniform draw from
+	// [d × (1 - jitter), d], so many tasks failing together do not come back together.
+	Jitter        float64 `protobuf:"fixed64,4,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RetryPolicy) GetInitial() *durationpb.Duration {
+	if x != nil {
+		return x.Initial
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMax() *durationpb.Duration {
+	if x != nil {
+		return x.Max
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
+// PoolSettings is what a pool keeps besides its tasks.
+type PoolSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How a Nack without retry_after delays the task; unset means no delay (the task is
+	// available again at once), as for pools without settings.
+	Retry *RetryPolicy `protobuf:"bytes,1,opt,name=retry,proto3" json:"retry,omitempty"`
+	// The max_attempts of tasks put without one: 1 to 1000; unset means the service's
+	// default (25). Set explicitly to 0, it is invalid.
+	MaxAttempts *uint32 `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
+	// True while the pool is paused. Output only: PausePool and ResumePool set it, and
+	// SetPoolSettings ignores it.
+	Paused        bool `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolSettings) Reset() {
+	*x = PoolSettings{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolSettings) ProtoMessage() {}
+
+func (x *PoolSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolSettings.ProtoReflect.Descriptor instead.
+func (*PoolSettings) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PoolSettings) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+func (x *PoolSettings) GetMaxAttempts() uint32 {
+	if x != nil && x.MaxAttempts != nil {
+		return *x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *PoolSettings) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+// SetPoolSettingsRequest stores a pool's settings.
+type SetPoolSettingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The settings; unset stores the defaults.
+	Settings      *PoolSettings `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolSettingsRequest) Reset() {
+	*x = SetPoolSettingsRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolSettingsRequest) ProtoMessage() {}
+
+func (x *SetPoolSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolSettingsRequest.ProtoReflect.Descriptor instead.
+func (*SetPoolSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetPoolSettingsRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *SetPoolSettingsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *SetPoolSettingsRequest) GetSettings() *PoolSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// SetPoolSettingsResponse holds the settings now stored.
+type SetPoolSettingsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The settings, paused flag included.
+	Settings      *PoolSettings `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolSettingsResponse) Reset() {
+	*x = SetPoolSettingsResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolSettingsResponse) ProtoMessage() {}
+
+func (x *SetPoolSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolSettingsResponse.ProtoReflect.Descriptor instead.
+func (*SetPoolSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetPoolSettingsResponse) GetSettings() *PoolSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// GetPoolSettingsRequest names a pool.
+type GetPoolSettingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool          string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPoolSettingsRequest) Reset() {
+	*x = GetPoolSettingsRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPoolSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPoolSettingsRequest) ProtoMessage() {}
+
+func (x *GetPoolSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPoolSettingsRequest.ProtoReflect.Descriptor instead.
+func (*GetPoolSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetPoolSettingsRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *GetPoolSettingsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+// GetPoolSettingsResponse holds a pool's settings.
+type GetPoolSettingsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The settings; the defaults when none are stored.
+	Settings *PoolSettings `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	// True when the pool has a stored record (SetPoolSettings, PausePool or ResumePool made
+	// one).
+	Stored        bool `protobuf:"varint,2,opt,name=stored,proto3" json:"stored,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPoolSettingsResponse) Reset() {
+	*x = GetPoolSettingsResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPoolSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPoolSettingsResponse) ProtoMessage() {}
+
+func (x *GetPoolSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPoolSettingsResponse.ProtoReflect.Descriptor instead.
+func (*GetPoolSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetPoolSettingsResponse) GetSettings() *PoolSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *GetPoolSettingsResponse) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
+}
+
+// PausePoolRequest names a pool.
+type PausePoolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool          string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PausePoolRequest) Reset() {
+	*x = PausePoolRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PausePoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PausePoolRequest) ProtoMessage() {}
+
+func (x *PausePoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PausePoolRequest.ProtoReflect.Descriptor instead.
+func (*PausePoolRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PausePoolRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *PausePoolRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+// PausePoolResponse is empty.
+type PausePoolResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PausePoolResponse) Reset() {
+	*x = PausePoolResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PausePoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PausePoolResponse) ProtoMessage() {}
+
+func (x *PausePoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PausePoolResponse.ProtoReflect.Descriptor instead.
+func (*PausePoolResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{34}
+}
+
+// ResumePoolRequest names a pool.
+type ResumePoolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool          string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumePoolRequest) Reset() {
+	*x = ResumePoolRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumePoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumePoolRequest) ProtoMessage() {}
+
+func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumePoolRequest.ProtoReflect.Descriptor instead.
+func (*ResumePoolRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ResumePoolRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *ResumePoolRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+// ResumePoolResponse is empty.
+type ResumePoolResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumePoolResponse) Reset() {
+	*x = ResumePoolResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumePoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumePoolResponse) ProtoMessage() {}
+
+func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumePoolResponse.ProtoReflect.Descriptor instead.
+func (*ResumePoolResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{36}
+}
+
+// CancelTaskRequest names a task.
+type CancelTaskRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The task.
+	Id            string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTaskRequest) Reset() {
+	*x = CancelTaskRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTaskRequest) ProtoMessage() {}
+
+func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
+func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CancelTaskRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *CancelTaskRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *CancelTaskRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// CancelTaskResponse is empty.
+type CancelTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTaskResponse) Reset() {
+	*x = CancelTaskResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTaskResponse) ProtoMessage() {}
+
+func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
+func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{38}
+}
+
 var File_coordkit_taskpick_v1_taskpick_proto protoreflect.FileDescriptor
 
 const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
@@ -2326,7 +3009,7 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\vlease_token\x18\x04 \x01(\x04R\n" +
 	"leaseToken\x12!\n" +
 	"\flease_secret\x18\x05 \x01(\tR\vleaseSecret\"\r\n" +
-	"\vAckResponse\"\xe3\x01\n" +
+	"\vAckResponse\"\xae\x02\n" +
 	"\vNackRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x0e\n" +
@@ -2336,7 +3019,8 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12!\n" +
-	"\flease_secret\x18\a \x01(\tR\vleaseSecret\"\"\n" +
+	"\flease_secret\x18\a \x01(\tR\vleaseSecret\x12I\n" +
+	"\x13default_retry_after\x18( \x01(\v2\x19.google.protobuf.DurationR\x11defaultRetryAfter\"\"\n" +
 	"\fNackResponse\x12\x12\n" +
 	"\x04dead\x18\x01 \x01(\bR\x04dead\"\xbe\x01\n" +
 	"\rExtendRequest\x12\x18\n" +
@@ -2375,14 +3059,16 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x04task\x18\x01 \x01(\v2\x1a.coordkit.taskpick.v1.TaskR\x04task\"<\n" +
 	"\fStatsRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
-	"\x04pool\x18\x02 \x01(\tR\x04pool\"\xd4\x01\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\"\x8a\x02\n" +
 	"\rStatsResponse\x12\x1c\n" +
 	"\tavailable\x18\x01 \x01(\x04R\tavailable\x12\x18\n" +
 	"\adelayed\x18\x02 \x01(\x04R\adelayed\x12\x16\n" +
 	"\x06leased\x18\x03 \x01(\x04R\x06leased\x12\x12\n" +
 	"\x04dead\x18\x04 \x01(\x04R\x04dead\x12\x12\n" +
 	"\x04done\x18\x05 \x01(\x04R\x04done\x12K\n" +
-	"\x14oldest_available_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x12oldestAvailableAge\"U\n" +
+	"\x14oldest_available_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x12oldestAvailableAge\x12\x1c\n" +
+	"\tcancelled\x18( \x01(\x04R\tcancelled\x12\x16\n" +
+	"\x06paused\x18) \x01(\bR\x06paused\"U\n" +
 	"\x0fListDeadRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -2425,13 +3111,50 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x0eAvailableEvent\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\rR\x05count*T\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\"\xa7\x01\n" +
+	"\vRetryPolicy\x123\n" +
+	"\ainitial\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\ainitial\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x02 \x01(\x01R\n" +
+	"multiplier\x12+\n" +
+	"\x03max\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12\x16\n" +
+	"\x06jitter\x18\x04 \x01(\x01R\x06jitter\"\x9e\x01\n" +
+	"\fPoolSettings\x127\n" +
+	"\x05retry\x18\x01 \x01(\v2!.coordkit.taskpick.v1.RetryPolicyR\x05retry\x12&\n" +
+	"\fmax_attempts\x18\x02 \x01(\rH\x00R\vmaxAttempts\x88\x01\x01\x12\x16\n" +
+	"\x06paused\x18\x03 \x01(\bR\x06pausedB\x0f\n" +
+	"\r_max_attemptsJ\x04\b2\x10<\"\x86\x01\n" +
+	"\x16SetPoolSettingsRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12>\n" +
+	"\bsettings\x18\x03 \x01(\v2\".coordkit.taskpick.v1.PoolSettingsR\bsettings\"Y\n" +
+	"\x17SetPoolSettingsResponse\x12>\n" +
+	"\bsettings\x18\x01 \x01(\v2\".coordkit.taskpick.v1.PoolSettingsR\bsettings\"F\n" +
+	"\x16GetPoolSettingsRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\"q\n" +
+	"\x17GetPoolSettingsResponse\x12>\n" +
+	"\bsettings\x18\x01 \x01(\v2\".coordkit.taskpick.v1.PoolSettingsR\bsettings\x12\x16\n" +
+	"\x06stored\x18\x02 \x01(\bR\x06stored\"@\n" +
+	"\x10PausePoolRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\"\x13\n" +
+	"\x11PausePoolResponse\"A\n" +
+	"\x11ResumePoolRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\"\x14\n" +
+	"\x12ResumePoolResponse\"Q\n" +
+	"\x11CancelTaskRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"\x14\n" +
+	"\x12CancelTaskResponse*T\n" +
 	"\x05Order\x12\x15\n" +
 	"\x11ORDER_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fORDER_RANDOM\x10\x01\x12\x0e\n" +
 	"\n" +
 	"ORDER_FIFO\x10\x02\x12\x12\n" +
-	"\x0eORDER_PRIORITY\x10\x03*x\n" +
+	"\x0eORDER_PRIORITY\x10\x03*\x8d\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fSTATE_AVAILABLE\x10\x01\x12\x11\n" +
@@ -2440,12 +3163,14 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\n" +
 	"STATE_DEAD\x10\x04\x12\x0e\n" +
 	"\n" +
-	"STATE_DONE\x10\x05*v\n" +
+	"STATE_DONE\x10\x05\x12\x13\n" +
+	"\x0fSTATE_CANCELLED\x10\x06*v\n" +
 	"\vUniqueScope\x12\x1c\n" +
 	"\x18UNIQUE_SCOPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13UNIQUE_SCOPE_QUEUED\x10\x01\x12\x17\n" +
 	"\x13UNIQUE_SCOPE_ACTIVE\x10\x02\x12\x17\n" +
-	"\x13UNIQUE_SCOPE_PERIOD\x10\x032\xd3\x06\n" +
+	"\x13UNIQUE_SCOPE_PERIOD\x10\x032\xdd\n" +
+	"\n" +
 	"\x0fTaskPickService\x12L\n" +
 	"\x03Put\x12 .coordkit.taskpick.v1.PutRequest\x1a!.coordkit.taskpick.v1.PutResponse\"\x00\x12O\n" +
 	"\x04Pick\x12!.coordkit.taskpick.v1.PickRequest\x1a\".coordkit.taskpick.v1.PickResponse\"\x00\x12L\n" +
@@ -2456,7 +3181,14 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x05Stats\x12\".coordkit.taskpick.v1.StatsRequest\x1a#.coordkit.taskpick.v1.StatsResponse\"\x00\x12[\n" +
 	"\bListDead\x12%.coordkit.taskpick.v1.ListDeadRequest\x1a&.coordkit.taskpick.v1.ListDeadResponse\"\x00\x12X\n" +
 	"\aRequeue\x12$.coordkit.taskpick.v1.RequeueRequest\x1a%.coordkit.taskpick.v1.RequeueResponse\"\x00\x12R\n" +
-	"\x05Batch\x12\".coordkit.taskpick.v1.BatchRequest\x1a#.coordkit.taskpick.v1.BatchResponse\"\x00B\xe9\x01\n" +
+	"\x05Batch\x12\".coordkit.taskpick.v1.BatchRequest\x1a#.coordkit.taskpick.v1.BatchResponse\"\x00\x12p\n" +
+	"\x0fSetPoolSettings\x12,.coordkit.taskpick.v1.SetPoolSettingsRequest\x1a-.coordkit.taskpick.v1.SetPoolSettingsResponse\"\x00\x12p\n" +
+	"\x0fGetPoolSettings\x12,.coordkit.taskpick.v1.GetPoolSettingsRequest\x1a-.coordkit.taskpick.v1.GetPoolSettingsResponse\"\x00\x12^\n" +
+	"\tPausePool\x12&.coordkit.taskpick.v1.PausePoolRequest\x1a'.coordkit.taskpick.v1.PausePoolResponse\"\x00\x12a\n" +
+	"\n" +
+	"ResumePool\x12'.coordkit.taskpick.v1.ResumePoolRequest\x1a(.coordkit.taskpick.v1.ResumePoolResponse\"\x00\x12a\n" +
+	"\n" +
+	"CancelTask\x12'.coordkit.taskpick.v1.CancelTaskRequest\x1a(.coordkit.taskpick.v1.CancelTaskResponse\"\x00B\xe9\x01\n" +
 	"\x18com.coordkit.taskpick.v1B\rTaskpickProtoP\x01ZLgithub.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1;taskpickv1\xa2\x02\x03CTX\xaa\x02\x14Coordkit.Taskpick.V1\xca\x02\x14Coordkit\\Taskpick\\V1\xe2\x02 Coordkit\\Taskpick\\V1\\GPBMetadata\xea\x02\x16Coordkit::Taskpick::V1b\x06proto3"
 
 var (
@@ -2472,100 +3204,129 @@ func file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP() []byte {
 }
 
 var file_coordkit_taskpick_v1_taskpick_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coordkit_taskpick_v1_taskpick_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_coordkit_taskpick_v1_taskpick_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_coordkit_taskpick_v1_taskpick_proto_goTypes = []any{
-	(Order)(0),                    // 0: coordkit.taskpick.v1.Order
-	(State)(0),                    // 1: coordkit.taskpick.v1.State
-	(UniqueScope)(0),              // 2: coordkit.taskpick.v1.UniqueScope
-	(*NewTask)(nil),               // 3: coordkit.taskpick.v1.NewTask
-	(*PutRequest)(nil),            // 4: coordkit.taskpick.v1.PutRequest
-	(*PutResponse)(nil),           // 5: coordkit.taskpick.v1.PutResponse
-	(*PickRequest)(nil),           // 6: coordkit.taskpick.v1.PickRequest
-	(*LeasedTask)(nil),            // 7: coordkit.taskpick.v1.LeasedTask
-	(*PickResponse)(nil),          // 8: coordkit.taskpick.v1.PickResponse
-	(*AckRequest)(nil),            // 9: coordkit.taskpick.v1.AckRequest
-	(*AckResponse)(nil),           // 10: coordkit.taskpick.v1.AckResponse
-	(*NackRequest)(nil),           // 11: coordkit.taskpick.v1.NackRequest
-	(*NackResponse)(nil),          // 12: coordkit.taskpick.v1.NackResponse
-	(*ExtendRequest)(nil),         // 13: coordkit.taskpick.v1.ExtendRequest
-	(*ExtendResponse)(nil),        // 14: coordkit.taskpick.v1.ExtendResponse
-	(*Task)(nil),                  // 15: coordkit.taskpick.v1.Task
-	(*GetRequest)(nil),            // 16: coordkit.taskpick.v1.GetRequest
-	(*GetResponse)(nil),           // 17: coordkit.taskpick.v1.GetResponse
-	(*StatsRequest)(nil),          // 18: coordkit.taskpick.v1.StatsRequest
-	(*StatsResponse)(nil),         // 19: coordkit.taskpick.v1.StatsResponse
-	(*ListDeadRequest)(nil),       // 20: coordkit.taskpick.v1.ListDeadRequest
-	(*ListDeadResponse)(nil),      // 21: coordkit.taskpick.v1.ListDeadResponse
-	(*RequeueRequest)(nil),        // 22: coordkit.taskpick.v1.RequeueRequest
-	(*RequeueResponse)(nil),       // 23: coordkit.taskpick.v1.RequeueResponse
-	(*BatchRequest)(nil),          // 24: coordkit.taskpick.v1.BatchRequest
-	(*BatchOperation)(nil),        // 25: coordkit.taskpick.v1.BatchOperation
-	(*BatchResponse)(nil),         // 26: coordkit.taskpick.v1.BatchResponse
-	(*BatchResult)(nil),           // 27: coordkit.taskpick.v1.BatchResult
-	(*BatchError)(nil),            // 28: coordkit.taskpick.v1.BatchError
-	(*AvailableEvent)(nil),        // 29: coordkit.taskpick.v1.AvailableEvent
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(Order)(0),                      // 0: coordkit.taskpick.v1.Order
+	(State)(0),                      // 1: coordkit.taskpick.v1.State
+	(UniqueScope)(0),                // 2: coordkit.taskpick.v1.UniqueScope
+	(*NewTask)(nil),                 // 3: coordkit.taskpick.v1.NewTask
+	(*PutRequest)(nil),              // 4: coordkit.taskpick.v1.PutRequest
+	(*PutResponse)(nil),             // 5: coordkit.taskpick.v1.PutResponse
+	(*PickRequest)(nil),             // 6: coordkit.taskpick.v1.PickRequest
+	(*LeasedTask)(nil),              // 7: coordkit.taskpick.v1.LeasedTask
+	(*PickResponse)(nil),            // 8: coordkit.taskpick.v1.PickResponse
+	(*AckRequest)(nil),              // 9: coordkit.taskpick.v1.AckRequest
+	(*AckResponse)(nil),             // 10: coordkit.taskpick.v1.AckResponse
+	(*NackRequest)(nil),             // 11: coordkit.taskpick.v1.NackRequest
+	(*NackResponse)(nil),            // 12: coordkit.taskpick.v1.NackResponse
+	(*ExtendRequest)(nil),           // 13: coordkit.taskpick.v1.ExtendRequest
+	(*ExtendResponse)(nil),          // 14: coordkit.taskpick.v1.ExtendResponse
+	(*Task)(nil),                    // 15: coordkit.taskpick.v1.Task
+	(*GetRequest)(nil),              // 16: coordkit.taskpick.v1.GetRequest
+	(*GetResponse)(nil),             // 17: coordkit.taskpick.v1.GetResponse
+	(*StatsRequest)(nil),            // 18: coordkit.taskpick.v1.StatsRequest
+	(*StatsResponse)(nil),           // 19: coordkit.taskpick.v1.StatsResponse
+	(*ListDeadRequest)(nil),         // 20: coordkit.taskpick.v1.ListDeadRequest
+	(*ListDeadResponse)(nil),        // 21: coordkit.taskpick.v1.ListDeadResponse
+	(*RequeueRequest)(nil),          // 22: coordkit.taskpick.v1.RequeueRequest
+	(*RequeueResponse)(nil),         // 23: coordkit.taskpick.v1.RequeueResponse
+	(*BatchRequest)(nil),            // 24: coordkit.taskpick.v1.BatchRequest
+	(*BatchOperation)(nil),          // 25: coordkit.taskpick.v1.BatchOperation
+	(*BatchResponse)(nil),           // 26: coordkit.taskpick.v1.BatchResponse
+	(*BatchResult)(nil),             // 27: coordkit.taskpick.v1.BatchResult
+	(*BatchError)(nil),              // 28: coordkit.taskpick.v1.BatchError
+	(*AvailableEvent)(nil),          // 29: coordkit.taskpick.v1.AvailableEvent
+	(*RetryPolicy)(nil),             // 30: coordkit.taskpick.v1.RetryPolicy
+	(*PoolSettings)(nil),            // 31: coordkit.taskpick.v1.PoolSettings
+	(*SetPoolSettingsRequest)(nil),  // 32: coordkit.taskpick.v1.SetPoolSettingsRequest
+	(*SetPoolSettingsResponse)(nil), // 33: coordkit.taskpick.v1.SetPoolSettingsResponse
+	(*GetPoolSettingsRequest)(nil),  // 34: coordkit.taskpick.v1.GetPoolSettingsRequest
+	(*GetPoolSettingsResponse)(nil), // 35: coordkit.taskpick.v1.GetPoolSettingsResponse
+	(*PausePoolRequest)(nil),        // 36: coordkit.taskpick.v1.PausePoolRequest
+	(*PausePoolResponse)(nil),       // 37: coordkit.taskpick.v1.PausePoolResponse
+	(*ResumePoolRequest)(nil),       // 38: coordkit.taskpick.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),      // 39: coordkit.taskpick.v1.ResumePoolResponse
+	(*CancelTaskRequest)(nil),       // 40: coordkit.taskpick.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),      // 41: coordkit.taskpick.v1.CancelTaskResponse
+	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 43: google.protobuf.Duration
 }
 var file_coordkit_taskpick_v1_taskpick_proto_depIdxs = []int32{
-	30, // 0: coordkit.taskpick.v1.NewTask.run_at:type_name -> google.protobuf.Timestamp
+	42, // 0: coordkit.taskpick.v1.NewTask.run_at:type_name -> google.protobuf.Timestamp
 	2,  // 1: coordkit.taskpick.v1.NewTask.unique_scope:type_name -> coordkit.taskpick.v1.UniqueScope
-	31, // 2: coordkit.taskpick.v1.NewTask.unique_period:type_name -> google.protobuf.Duration
+	43, // 2: coordkit.taskpick.v1.NewTask.unique_period:type_name -> google.protobuf.Duration
 	3,  // 3: coordkit.taskpick.v1.PutRequest.tasks:type_name -> coordkit.taskpick.v1.NewTask
 	1,  // 4: coordkit.taskpick.v1.PutResponse.existing_state:type_name -> coordkit.taskpick.v1.State
-	31, // 5: coordkit.taskpick.v1.PickRequest.ttl:type_name -> google.protobuf.Duration
+	43, // 5: coordkit.taskpick.v1.PickRequest.ttl:type_name -> google.protobuf.Duration
 	0,  // 6: coordkit.taskpick.v1.PickRequest.order:type_name -> coordkit.taskpick.v1.Order
-	31, // 7: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
-	30, // 8: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 9: coordkit.taskpick.v1.LeasedTask.expires_after:type_name -> google.protobuf.Duration
+	43, // 7: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
+	42, // 8: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
+	43, // 9: coordkit.taskpick.v1.LeasedTask.expires_after:type_name -> google.protobuf.Duration
 	7,  // 10: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
-	31, // 11: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
-	31, // 12: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	30, // 13: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 14: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
-	1,  // 15: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
-	30, // 16: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	15, // 17: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
-	31, // 18: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
-	15, // 19: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
-	25, // 20: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
-	4,  // 21: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
-	9,  // 22: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
-	11, // 23: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
-	13, // 24: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
-	16, // 25: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
-	27, // 26: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
-	5,  // 27: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
-	10, // 28: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
-	12, // 29: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
-	14, // 30: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
-	17, // 31: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
-	28, // 32: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
-	4,  // 33: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
-	6,  // 34: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
-	9,  // 35: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
-	11, // 36: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
-	13, // 37: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
-	16, // 38: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
-	18, // 39: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
-	20, // 40: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
-	22, // 41: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
-	24, // 42: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
-	5,  // 43: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
-	8,  // 44: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
-	10, // 45: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
-	12, // 46: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
-	14, // 47: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
-	17, // 48: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
-	19, // 49: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
-	21, // 50: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
-	23, // 51: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
-	26, // 52: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
-	43, // [43:53] is the sub-list for method output_type
-	33, // [33:43] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	43, // 11: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
+	43, // 12: coordkit.taskpick.v1.NackRequest.default_retry_after:type_name -> google.protobuf.Duration
+	43, // 13: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 14: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
+	43, // 15: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
+	1,  // 16: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
+	42, // 17: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	15, // 18: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
+	43, // 19: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
+	15, // 20: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
+	25, // 21: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
+	4,  // 22: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
+	9,  // 23: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
+	11, // 24: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
+	13, // 25: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
+	16, // 26: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
+	27, // 27: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
+	5,  // 28: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
+	10, // 29: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
+	12, // 30: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
+	14, // 31: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
+	17, // 32: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
+	28, // 33: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
+	43, // 34: coordkit.taskpick.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	43, // 35: coordkit.taskpick.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	30, // 36: coordkit.taskpick.v1.PoolSettings.retry:type_name -> coordkit.taskpick.v1.RetryPolicy
+	31, // 37: coordkit.taskpick.v1.SetPoolSettingsRequest.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	31, // 38: coordkit.taskpick.v1.SetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	31, // 39: coordkit.taskpick.v1.GetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	4,  // 40: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
+	6,  // 41: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
+	9,  // 42: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
+	11, // 43: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
+	13, // 44: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
+	16, // 45: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
+	18, // 46: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
+	20, // 47: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
+	22, // 48: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
+	24, // 49: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
+	32, // 50: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:input_type -> coordkit.taskpick.v1.SetPoolSettingsRequest
+	34, // 51: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:input_type -> coordkit.taskpick.v1.GetPoolSettingsRequest
+	36, // 52: coordkit.taskpick.v1.TaskPickService.PausePool:input_type -> coordkit.taskpick.v1.PausePoolRequest
+	38, // 53: coordkit.taskpick.v1.TaskPickService.ResumePool:input_type -> coordkit.taskpick.v1.ResumePoolRequest
+	40, // 54: coordkit.taskpick.v1.TaskPickService.CancelTask:input_type -> coordkit.taskpick.v1.CancelTaskRequest
+	5,  // 55: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
+	8,  // 56: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
+	10, // 57: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
+	12, // 58: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
+	14, // 59: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
+	17, // 60: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
+	19, // 61: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
+	21, // 62: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
+	23, // 63: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
+	26, // 64: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
+	33, // 65: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:output_type -> coordkit.taskpick.v1.SetPoolSettingsResponse
+	35, // 66: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:output_type -> coordkit.taskpick.v1.GetPoolSettingsResponse
+	37, // 67: coordkit.taskpick.v1.TaskPickService.PausePool:output_type -> coordkit.taskpick.v1.PausePoolResponse
+	39, // 68: coordkit.taskpick.v1.TaskPickService.ResumePool:output_type -> coordkit.taskpick.v1.ResumePoolResponse
+	41, // 69: coordkit.taskpick.v1.TaskPickService.CancelTask:output_type -> coordkit.taskpick.v1.CancelTaskResponse
+	55, // [55:70] is the sub-list for method output_type
+	40, // [40:55] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_taskpick_v1_taskpick_proto_init() }
@@ -2587,13 +3348,14 @@ func file_coordkit_taskpick_v1_taskpick_proto_init() {
 		(*BatchResult_Extend)(nil),
 		(*BatchResult_Get)(nil),
 	}
+	file_coordkit_taskpick_v1_taskpick_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_taskpick_v1_taskpick_proto_rawDesc), len(file_coordkit_taskpick_v1_taskpick_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   27,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

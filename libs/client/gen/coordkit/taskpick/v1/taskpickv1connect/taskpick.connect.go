@@ -56,6 +56,21 @@ const (
 	TaskPickServiceRequeueProcedure = "/coordkit.taskpick.v1.TaskPickService/Requeue"
 	// TaskPickServiceBatchProcedure is the fully-qualified name of the TaskPickService's Batch RPC.
 	TaskPickServiceBatchProcedure = "/coordkit.taskpick.v1.TaskPickService/Batch"
+	// TaskPickServiceSetPoolSettingsProcedure is the fully-qualified name of the TaskPickService's
+	// SetPoolSettings RPC.
+	TaskPickServiceSetPoolSettingsProcedure = "/coordkit.taskpick.v1.TaskPickService/SetPoolSettings"
+	// TaskPickServiceGetPoolSettingsProcedure is the fully-qualified name of the TaskPickService's
+	// GetPoolSettings RPC.
+	TaskPickServiceGetPoolSettingsProcedure = "/coordkit.taskpick.v1.TaskPickService/GetPoolSettings"
+	// TaskPickServicePausePoolProcedure is the fully-qualified name of the TaskPickService's PausePool
+	// RPC.
+	TaskPickServicePausePoolProcedure = "/coordkit.taskpick.v1.TaskPickService/PausePool"
+	// TaskPickServiceResumePoolProcedure is the fully-qualified name of the TaskPickService's
+	// ResumePool RPC.
+	TaskPickServiceResumePoolProcedure = "/coordkit.taskpick.v1.TaskPickService/ResumePool"
+	// TaskPickServiceCancelTaskProcedure is the fully-qualified name of the TaskPickService's
+	// CancelTask RPC.
+	TaskPickServiceCancelTaskProcedure = "/coordkit.taskpick.v1.TaskPickService/CancelTask"
 )
 
 // TaskPickServiceClient is a client for the coordkit.taskpick.v1.TaskPickService service.
@@ -79,8 +94,9 @@ type TaskPickServiceClient interface {
 	Pick(context.Context, *v1.PickRequest) (*v1.PickResponse, error)
 	// Ack finishes a task: it is deleted (or kept for the service's retention, as DONE).
 	Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error)
-	// Nack gives a task back after a failure: it is available again after retry_after, or dead
-	// once it has been picked max_attempts times.
+	// Nack gives a task back after a failure: it is available again after retry_after (unset:
+	// after the pool's retry policy's delay for the attempt, PoolSettings.retry), or dead once
+	// it has been picked max_attempts times.
 	Nack(context.Context, *v1.NackRequest) (*v1.NackResponse, error)
 	// Extend moves a lease's end to now + ttl.
 	Extend(context.Context, *v1.ExtendRequest) (*v1.ExtendResponse, error)
@@ -107,6 +123,26 @@ type TaskPickServiceClient interface {
 	// holder's id, up to 512 bytes). Puts of one unique key in two operations of a batch add
 	// one task, and the other answers it as a duplicate, in no defined order.
 	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
+	// SetPoolSettings stores a pool's settings (retry policy, default max_attempts), replacing
+	// those stored before as a whole; the paused flag is left as it is (PausePool and
+	// ResumePool change it). The record is created on first use; a pool without one behaves
+	// as PoolSettings' defaults say.
+	SetPoolSettings(context.Context, *v1.SetPoolSettingsRequest) (*v1.SetPoolSettingsResponse, error)
+	// GetPoolSettings reports a pool's settings: the defaults when none were ever stored.
+	GetPoolSettings(context.Context, *v1.GetPoolSettingsRequest) (*v1.GetPoolSettingsResponse, error)
+	// PausePool stops Pick from leasing the pool's tasks: a Pick that begins after PausePool
+	// answered leases nothing (a waiting Pick keeps waiting) until ResumePool. Put, Ack, Nack,
+	// Extend and the recovery of expired leases go on. Pausing a paused pool is no error.
+	PausePool(context.Context, *v1.PausePoolRequest) (*v1.PausePoolResponse, error)
+	// ResumePool lets Pick lease the pool's tasks again and wakes the Picks waiting for them.
+	// Resuming a pool that is not paused is no error.
+	ResumePool(context.Context, *v1.ResumePoolRequest) (*v1.ResumePoolResponse, error)
+	// CancelTask cancels an available or delayed task: it is never picked again. It is kept
+	// as STATE_CANCELLED for the service's retention (like an acked task), or deleted at once
+	// without one. Cancelling a task that is still kept as cancelled answers success again;
+	// one that does not exist (never put, or purged) is not_found. A leased task cannot be
+	// cancelled (its worker would not know): failed_precondition, as for a dead or done task.
+	CancelTask(context.Context, *v1.CancelTaskRequest) (*v1.CancelTaskResponse, error)
 }
 
 // NewTaskPickServiceClient constructs a client for the coordkit.taskpick.v1.TaskPickService
@@ -180,21 +216,56 @@ func NewTaskPickServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(taskPickServiceMethods.ByName("Batch")),
 			connect.WithClientOptions(opts...),
 		),
+		setPoolSettings: connect.NewClient[v1.SetPoolSettingsRequest, v1.SetPoolSettingsResponse](
+			httpClient,
+			baseURL+TaskPickServiceSetPoolSettingsProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("SetPoolSettings")),
+			connect.WithClientOptions(opts...),
+		),
+		getPoolSettings: connect.NewClient[v1.GetPoolSettingsRequest, v1.GetPoolSettingsResponse](
+			httpClient,
+			baseURL+TaskPickServiceGetPoolSettingsProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("GetPoolSettings")),
+			connect.WithClientOptions(opts...),
+		),
+		pausePool: connect.NewClient[v1.PausePoolRequest, v1.PausePoolResponse](
+			httpClient,
+			baseURL+TaskPickServicePausePoolProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("PausePool")),
+			connect.WithClientOptions(opts...),
+		),
+		resumePool: connect.NewClient[v1.ResumePoolRequest, v1.ResumePoolResponse](
+			httpClient,
+			baseURL+TaskPickServiceResumePoolProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("ResumePool")),
+			connect.WithClientOptions(opts...),
+		),
+		cancelTask: connect.NewClient[v1.CancelTaskRequest, v1.CancelTaskResponse](
+			httpClient,
+			baseURL+TaskPickServiceCancelTaskProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("CancelTask")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // taskPickServiceClient implements TaskPickServiceClient.
 type taskPickServiceClient struct {
-	put      *connect.Client[v1.PutRequest, v1.PutResponse]
-	pick     *connect.Client[v1.PickRequest, v1.PickResponse]
-	ack      *connect.Client[v1.AckRequest, v1.AckResponse]
-	nack     *connect.Client[v1.NackRequest, v1.NackResponse]
-	extend   *connect.Client[v1.ExtendRequest, v1.ExtendResponse]
-	get      *connect.Client[v1.GetRequest, v1.GetResponse]
-	stats    *connect.Client[v1.StatsRequest, v1.StatsResponse]
-	listDead *connect.Client[v1.ListDeadRequest, v1.ListDeadResponse]
-	requeue  *connect.Client[v1.RequeueRequest, v1.RequeueResponse]
-	batch    *connect.Client[v1.BatchRequest, v1.BatchResponse]
+	put             *connect.Client[v1.PutRequest, v1.PutResponse]
+	pick            *connect.Client[v1.PickRequest, v1.PickResponse]
+	ack             *connect.Client[v1.AckRequest, v1.AckResponse]
+	nack            *connect.Client[v1.NackRequest, v1.NackResponse]
+	extend          *connect.Client[v1.ExtendRequest, v1.ExtendResponse]
+	get             *connect.Client[v1.GetRequest, v1.GetResponse]
+	stats           *connect.Client[v1.StatsRequest, v1.StatsResponse]
+	listDead        *connect.Client[v1.ListDeadRequest, v1.ListDeadResponse]
+	requeue         *connect.Client[v1.RequeueRequest, v1.RequeueResponse]
+	batch           *connect.Client[v1.BatchRequest, v1.BatchResponse]
+	setPoolSettings *connect.Client[v1.SetPoolSettingsRequest, v1.SetPoolSettingsResponse]
+	getPoolSettings *connect.Client[v1.GetPoolSettingsRequest, v1.GetPoolSettingsResponse]
+	pausePool       *connect.Client[v1.PausePoolRequest, v1.PausePoolResponse]
+	resumePool      *connect.Client[v1.ResumePoolRequest, v1.ResumePoolResponse]
+	cancelTask      *connect.Client[v1.CancelTaskRequest, v1.CancelTaskResponse]
 }
 
 // Put calls coordkit.taskpick.v1.TaskPickService.Put.
@@ -287,6 +358,51 @@ func (c *taskPickServiceClient) Batch(ctx context.Context, req *v1.BatchRequest)
 	return nil, err
 }
 
+// SetPoolSettings calls coordkit.taskpick.v1.TaskPickService.SetPoolSettings.
+func (c *taskPickServiceClient) SetPoolSettings(ctx context.Context, req *v1.SetPoolSettingsRequest) (*v1.SetPoolSettingsResponse, error) {
+	response, err := c.setPoolSettings.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetPoolSettings calls coordkit.taskpick.v1.TaskPickService.GetPoolSettings.
+func (c *taskPickServiceClient) GetPoolSettings(ctx context.Context, req *v1.GetPoolSettingsRequest) (*v1.GetPoolSettingsResponse, error) {
+	response, err := c.getPoolSettings.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// PausePool calls coordkit.taskpick.v1.TaskPickService.PausePool.
+func (c *taskPickServiceClient) PausePool(ctx context.Context, req *v1.PausePoolRequest) (*v1.PausePoolResponse, error) {
+	response, err := c.pausePool.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ResumePool calls coordkit.taskpick.v1.TaskPickService.ResumePool.
+func (c *taskPickServiceClient) ResumePool(ctx context.Context, req *v1.ResumePoolRequest) (*v1.ResumePoolResponse, error) {
+	response, err := c.resumePool.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// CancelTask calls coordkit.taskpick.v1.TaskPickService.CancelTask.
+func (c *taskPickServiceClient) CancelTask(ctx context.Context, req *v1.CancelTaskRequest) (*v1.CancelTaskResponse, error) {
+	response, err := c.cancelTask.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // TaskPickServiceHandler is an implementation of the coordkit.taskpick.v1.TaskPickService service.
 type TaskPickServiceHandler interface {
 	// Put adds tasks to a pool. It is idempotent by (pool, id): a task whose id is already in
@@ -308,8 +424,9 @@ type TaskPickServiceHandler interface {
 	Pick(context.Context, *v1.PickRequest) (*v1.PickResponse, error)
 	// Ack finishes a task: it is deleted (or kept for the service's retention, as DONE).
 	Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error)
-	// Nack gives a task back after a failure: it is available again after retry_after, or dead
-	// once it has been picked max_attempts times.
+	// Nack gives a task back after a failure: it is available again after retry_after (unset:
+	// after the pool's retry policy's delay for the attempt, PoolSettings.retry), or dead once
+	// it has been picked max_attempts times.
 	Nack(context.Context, *v1.NackRequest) (*v1.NackResponse, error)
 	// Extend moves a lease's end to now + ttl.
 	Extend(context.Context, *v1.ExtendRequest) (*v1.ExtendResponse, error)
@@ -336,6 +453,26 @@ type TaskPickServiceHandler interface {
 	// holder's id, up to 512 bytes). Puts of one unique key in two operations of a batch add
 	// one task, and the other answers it as a duplicate, in no defined order.
 	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
+	// SetPoolSettings stores a pool's settings (retry policy, default max_attempts), replacing
+	// those stored before as a whole; the paused flag is left as it is (PausePool and
+	// ResumePool change it). The record is created on first use; a pool without one behaves
+	// as PoolSettings' defaults say.
+	SetPoolSettings(context.Context, *v1.SetPoolSettingsRequest) (*v1.SetPoolSettingsResponse, error)
+	// GetPoolSettings reports a pool's settings: the defaults when none were ever stored.
+	GetPoolSettings(context.Context, *v1.GetPoolSettingsRequest) (*v1.GetPoolSettingsResponse, error)
+	// PausePool stops Pick from leasing the pool's tasks: a Pick that begins after PausePool
+	// answered leases nothing (a waiting Pick keeps waiting) until ResumePool. Put, Ack, Nack,
+	// Extend and the recovery of expired leases go on. Pausing a paused pool is no error.
+	PausePool(context.Context, *v1.PausePoolRequest) (*v1.PausePoolResponse, error)
+	// ResumePool lets Pick lease the pool's tasks again and wakes the Picks waiting for them.
+	// Resuming a pool that is not paused is no error.
+	ResumePool(context.Context, *v1.ResumePoolRequest) (*v1.ResumePoolResponse, error)
+	// CancelTask cancels an available or delayed task: it is never picked again. It is kept
+	// as STATE_CANCELLED for the service's retention (like an acked task), or deleted at once
+	// without one. Cancelling a task that is still kept as cancelled answers success again;
+	// one that does not exist (never put, or purged) is not_found. A leased task cannot be
+	// cancelled (its worker would not know): failed_precondition, as for a dead or done task.
+	CancelTask(context.Context, *v1.CancelTaskRequest) (*v1.CancelTaskResponse, error)
 }
 
 // NewTaskPickServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -405,6 +542,36 @@ func NewTaskPickServiceHandler(svc TaskPickServiceHandler, opts ...connect.Handl
 		connect.WithSchema(taskPickServiceMethods.ByName("Batch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskPickServiceSetPoolSettingsHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceSetPoolSettingsProcedure,
+		svc.SetPoolSettings,
+		connect.WithSchema(taskPickServiceMethods.ByName("SetPoolSettings")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServiceGetPoolSettingsHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceGetPoolSettingsProcedure,
+		svc.GetPoolSettings,
+		connect.WithSchema(taskPickServiceMethods.ByName("GetPoolSettings")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServicePausePoolHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServicePausePoolProcedure,
+		svc.PausePool,
+		connect.WithSchema(taskPickServiceMethods.ByName("PausePool")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServiceResumePoolHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceResumePoolProcedure,
+		svc.ResumePool,
+		connect.WithSchema(taskPickServiceMethods.ByName("ResumePool")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServiceCancelTaskHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceCancelTaskProcedure,
+		svc.CancelTask,
+		connect.WithSchema(taskPickServiceMethods.ByName("CancelTask")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/coordkit.taskpick.v1.TaskPickService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TaskPickServicePutProcedure:
@@ -427,6 +594,16 @@ func NewTaskPickServiceHandler(svc TaskPickServiceHandler, opts ...connect.Handl
 			taskPickServiceRequeueHandler.ServeHTTP(w, r)
 		case TaskPickServiceBatchProcedure:
 			taskPickServiceBatchHandler.ServeHTTP(w, r)
+		case TaskPickServiceSetPoolSettingsProcedure:
+			taskPickServiceSetPoolSettingsHandler.ServeHTTP(w, r)
+		case TaskPickServiceGetPoolSettingsProcedure:
+			taskPickServiceGetPoolSettingsHandler.ServeHTTP(w, r)
+		case TaskPickServicePausePoolProcedure:
+			taskPickServicePausePoolHandler.ServeHTTP(w, r)
+		case TaskPickServiceResumePoolProcedure:
+			taskPickServiceResumePoolHandler.ServeHTTP(w, r)
+		case TaskPickServiceCancelTaskProcedure:
+			taskPickServiceCancelTaskHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -474,4 +651,24 @@ func (UnimplementedTaskPickServiceHandler) Requeue(context.Context, *v1.RequeueR
 
 func (UnimplementedTaskPickServiceHandler) Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.Batch is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) SetPoolSettings(context.Context, *v1.SetPoolSettingsRequest) (*v1.SetPoolSettingsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.SetPoolSettings is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) GetPoolSettings(context.Context, *v1.GetPoolSettingsRequest) (*v1.GetPoolSettingsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.GetPoolSettings is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) PausePool(context.Context, *v1.PausePoolRequest) (*v1.PausePoolResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.PausePool is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) ResumePool(context.Context, *v1.ResumePoolRequest) (*v1.ResumePoolResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.ResumePool is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) CancelTask(context.Context, *v1.CancelTaskRequest) (*v1.CancelTaskResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.CancelTask is not implemented"))
 }
