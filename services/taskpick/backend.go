@@ -183,4 +183,6 @@ type Backend interface {
 	Sweep(ctx context.Context, limit int) ([]Recovered, error)
 	// Close releases the backend's resources (not connections it was given).
 	Close() error
+	// ScheduleStore keeps the pools' schedules.
+	ScheduleStore
 }

@@ -36,6 +36,20 @@ local function register()
   redis.call('SET', K_REG, 1)
   return 1
 end
+-- put adds the task id unless it exists: 1 when it added it, 0 when it existed.
+local function put(id, payload, prio, delay, maxa)
+  local key = P .. id
+  if redis.call('EXISTS', key) == 1 then return 0 end
+  local tok = string.format('%.0f', (now + 2) * 1024)
+  redis.call('HSET', key, 'p', payload, 'pr', prio, 'tk', tok, 'at', 0, 'ma', maxa, 'f', 0, 'r', 0, 'e', '')
+  if delay > 0 then
+    redis.call('HSET', key, 'st', 1, 'm', '', 'ra', string.format('%.0f', now + 1 + delay))
+    redis.call('ZADD', K_DELAYED, now + 1 + delay, id)
+  else
+    ready(id, key, prio, now)
+  end
+  return 1
+end
 -- held: 1 when token and digest hold an unexpired lease on key, 0 when the task is missing,
 -- -1 stale. A lease taken before leases had secrets has no digest: nothing finishes it.
 local function held(key, token, digest)
@@ -52,23 +66,9 @@ end
 
 var putScript = redis.NewScript(prelude + `
 local out = {}
-local tok = string.format('%.0f', (now + 2) * 1024)
 local i = 2
 while i <= #ARGV do
-  local id, payload, prio, delay, maxa = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
-  local key = P .. id
-  if redis.call('EXISTS', key) == 1 then
-    out[#out + 1] = 0
-  else
-    redis.call('HSET', key, 'p', payload, 'pr', prio, 'tk', tok, 'at', 0, 'ma', maxa, 'f', 0, 'r', 0, 'e', '')
-    if delay > 0 then
-      redis.call('HSET', key, 'st', 1, 'm', '', 'ra', string.format('%.0f', now + 1 + delay))
-      redis.call('ZADD', K_DELAYED, now + 1 + delay, id)
-    else
-      ready(id, key, prio, now)
-    end
-    out[#out + 1] = 1
-  end
+  out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4])
   i = i + 5
 end
 return out

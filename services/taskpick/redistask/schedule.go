@@ -1,0 +1,293 @@
+package redistask
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordkit/coordkit/libs/redisslot"
+	"github.com/coordkit/coordkit/services/taskpick"
+)
+
+// Schedules live in the pool's slot, beside its tasks, so a fire and the task it puts are one
+// script:
+//
+//	<prefix>:{T}:schnames:<pool>       the pool's schedule names (score 0, listed by name)
+//	<prefix>:{T}:schdue:<pool>         running schedules by next fire (Unix ms)
+//	<prefix>:{T}:sch:<pool>\0<name>    the schedule hash: s spec, z zone, p payload,
+//	                                   pr priority, ma max attempts, mi missed, pa paused,
+//	                                   lf last fire (ms, 0 before the first)
+//	<prefix>:schedpools                pool -> generation: the pools a fire pass visits
+//
+// A schedule is in schdue while it runs and has a next tick. The pools hash is written after
+// every PutSchedule's script, so a pool with schedules is always in it once a put returned;
+// DeleteSchedule drops the pool when its last schedule went, conditional on the generation
+// it read before, so a put meanwhile keeps it.
+
+// schedKeys are the KEYS of every schedule script: the pool's 8 task keys, then its names,
+// due set and the schedule's hash; and the task-key prefix (ARGV[1]).
+func (b *Backend) schedKeys(pool, name string) ([]string, string) {
+	ks, p := b.keys(pool)
+	base := b.prefix + ":{" + redisslot.Tag(redisslot.Of(pool)) + "}:"
+	return append(ks, base+"schnames:"+pool, base+"schdue:"+pool, base+"sch:"+pool+"\x00"+name), p
+}
+
+func (b *Backend) schedPoolsKey() string { return b.prefix + ":schedpools" }
+
+func (b *Backend) runSched(ctx context.Context, c redis.Scripter, s *redis.Script, pool, name string, args ...any) *redis.Cmd {
+	keys, p := b.schedKeys(pool, name)
+	return s.Run(ctx, c, keys, append([]any{p, name}, args...)...)
+}
+
+// schedPrelude reads schedules: KEYS[9] names, KEYS[10] due, KEYS[11] the schedule; ARGV[2]
+// its name. read answers {exists, spec, zone, payload, priority, max attempts, missed,
+// paused, last fire, next fire or -1}.
+const schedPrelude = `
+local K_NAMES, K_DUE, K_SCH, NAME = KEYS[9], KEYS[10], KEYS[11], ARGV[2]
+local function read()
+  if redis.call('EXISTS', K_SCH) == 0 then return {0} end
+  local f = redis.call('HMGET', K_SCH, 's', 'z', 'p', 'pr', 'ma', 'mi', 'pa', 'lf')
+  local nf = redis.call('ZSCORE', K_DUE, NAME)
+  return {1, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], nf or -1}
+end
+`
+
+// putSchedScript: ARGV[3..9] spec, zone, payload, priority, max attempts, missed, next fire
+// (-1: none). Returns {created, read()}.
+var putSchedScript = redis.NewScript(prelude + schedPrelude + `
+local created = 1 - redis.call('EXISTS', K_SCH)
+redis.call('HSET', K_SCH, 's', ARGV[3], 'z', ARGV[4], 'p', ARGV[5], 'pr', ARGV[6], 'ma', ARGV[7], 'mi', ARGV[8])
+if created == 1 then redis.call('HSET', K_SCH, 'pa', 0, 'lf', 0) end
+redis.call('ZADD', K_NAMES, 0, NAME)
+local nf = tonumber(ARGV[9])
+if redis.call('HGET', K_SCH, 'pa') == '1' or nf < 0 then
+  redis.call('ZREM', K_DUE, NAME)
+else
+  redis.call('ZADD', K_DUE, nf, NAME)
+end
+return {created, read()}
+`)
+
+var getSchedScript = redis.NewScript(prelude + schedPrelude + `return read()`)
+
+var pauseSchedScript = redis.NewScript(prelude + schedPrelude + `
+if redis.call('EXISTS', K_SCH) == 1 then
+  redis.call('HSET', K_SCH, 'pa', 1)
+  redis.call('ZREM', K_DUE, NAME)
+end
+return read()
+`)
+
+// resumeSchedScript: ARGV[3] spec and ARGV[4] zone the next fire ARGV[5] (-1: none) was
+// computed from. Returns 1 when it resumed, 0 when the schedule is no longer that paused one.
+var resumeSchedScript = redis.NewScript(prelude + schedPrelude + `
+local pa, s, z = unpack(redis.call('HMGET', K_SCH, 'pa', 's', 'z'))
+if pa ~= '1' or s ~= ARGV[3] or z ~= ARGV[4] then return 0 end
+redis.call('HSET', K_SCH, 'pa', 0)
+if tonumber(ARGV[5]) >= 0 then redis.call('ZADD', K_DUE, ARGV[5], NAME) end
+return 1
+`)
+
+// deleteSchedScript returns {deleted, whether the pool has no schedule left}.
+var deleteSchedScript = redis.NewScript(prelude + schedPrelude + `
+if redis.call('DEL', K_SCH) == 0 then return {0, 0} end
+redis.call('ZREM', K_NAMES, NAME)
+redis.call('ZREM', K_DUE, NAME)
+if redis.call('ZCARD', K_NAMES) == 0 then return {1, 1} end
+return {1, 0}
+`)
+
+// fireSchedScript applies one Fire: ARGV[3] the next fire it was planned from, ARGV[4] the
+// new next fire (-1: none), ARGV[5] the fired tick, then the task (ARGV[6] id, "" for none,
+// ARGV[7] payload, ARGV[8] priority, ARGV[9] max attempts). Returns -1 when the schedule's
+// next fire is no longer ARGV[3] (another instance fired it, or it was paused, deleted or
+// put again), else whether the task was added.
+var fireSchedScript = redis.NewScript(prelude + schedPrelude + `
+local nf = redis.call('ZSCORE', K_DUE, NAME)
+if not nf or tonumber(nf) ~= tonumber(ARGV[3]) then return -1 end
+if tonumber(ARGV[4]) >= 0 then
+  redis.call('ZADD', K_DUE, ARGV[4], NAME)
+else
+  redis.call('ZREM', K_DUE, NAME)
+end
+redis.call('HSET', K_SCH, 'lf', ARGV[5])
+if ARGV[6] == '' then return 0 end
+return put(ARGV[6], ARGV[7], tonumber(ARGV[8]), 0, ARGV[9])
+`)
+
+// scheduleFrom maps read()'s answer.
+func scheduleFrom(pool, name string, v any) (taskpick.Schedule, error) {
+	vals, _ := v.([]any)
+	if len(vals) < 10 || toInt(vals[0]) != 1 {
+		return taskpick.Schedule{}, taskpick.ErrScheduleNotFound
+	}
+	s := taskpick.Schedule{
+		Pool: pool, Name: name, Spec: str(vals[1]), Timezone: str(vals[2]), Payload: []byte(str(vals[3])),
+		Priority: int32(toInt(vals[4])), MaxAttempts: uint32(toInt(vals[5])), Missed: taskpick.Missed(toInt(vals[6])),
+		Paused: str(vals[7]) == "1",
+	}
+	if lf := toInt(vals[8]); lf != 0 {
+		s.LastFire = time.UnixMilli(lf)
+	}
+	if nf := toInt(vals[9]); nf >= 0 {
+		s.NextFire = time.UnixMilli(nf)
+	}
+	return s, nil
+}
+
+// millisOrNone is a next fire as the scripts take it: -1 for none.
+func millisOrNone(t time.Time) int64 {
+	if t.IsZero() {
+		return -1
+	}
+	return t.UnixMilli()
+}
+
+// PutSchedule implements taskpick.ScheduleStore.
+func (b *Backend) PutSchedule(ctx context.Context, s taskpick.Schedule) (taskpick.Schedule, bool, error) {
+	v, err := b.runSched(ctx, b.scripts, putSchedScript, s.Pool, s.Name, s.Spec, s.Timezone, s.Payload, s.Priority,
+		s.MaxAttempts, int64(s.Missed), millisOrNone(s.NextFire)).Result()
+	if err != nil {
+		return taskpick.Schedule{}, false, b.fail(ctx, err)
+	}
+	// After the script: a DeleteSchedule that emptied the pool meanwhile read an older
+	// generation, so it cannot drop the pool this put needs.
+	if err := b.rdb.HIncrBy(ctx, b.schedPoolsKey(), s.Pool, 1).Err(); err != nil {
+		return taskpick.Schedule{}, false, b.fail(ctx, err)
+	}
+	vals := v.([]any)
+	stored, err := scheduleFrom(s.Pool, s.Name, vals[1])
+	return stored, toInt(vals[0]) == 1, err
+}
+
+// GetSchedule implements taskpick.ScheduleStore.
+func (b *Backend) GetSchedule(ctx context.Context, pool, name string) (taskpick.Schedule, error) {
+	v, err := b.runSched(ctx, b.scripts, getSchedScript, pool, name).Result()
+	if err != nil {
+		return taskpick.Schedule{}, b.fail(ctx, err)
+	}
+	return scheduleFrom(pool, name, v)
+}
+
+// ListSchedules implements taskpick.ScheduleStore: a page of names, then each schedule.
+func (b *Backend) ListSchedules(ctx context.Context, pool, after string, limit int) ([]taskpick.Schedule, error) {
+	keys, _ := b.schedKeys(pool, "")
+	lo := "-"
+	if after != "" {
+		lo = "(" + after
+	}
+	names, err := b.rdb.ZRangeByLex(ctx, keys[8], &redis.ZRangeBy{Min: lo, Max: "+", Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, b.fail(ctx, err)
+	}
+	out := make([]taskpick.Schedule, 0, len(names))
+	for _, name := range names {
+		s, err := b.GetSchedule(ctx, pool, name)
+		if err == taskpick.ErrScheduleNotFound {
+			continue // deleted since the names were read
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// PauseSchedule implements taskpick.ScheduleStore.
+func (b *Backend) PauseSchedule(ctx context.Context, pool, name string) (taskpick.Schedule, error) {
+	v, err := b.runSched(ctx, b.scripts, pauseSchedScript, pool, name).Result()
+	if err != nil {
+		return taskpick.Schedule{}, b.fail(ctx, err)
+	}
+	return scheduleFrom(pool, name, v)
+}
+
+// ResumeSchedule implements taskpick.ScheduleStore: next reads the schedule, and the script
+// resumes it only while its spec and zone are still the ones next read, else it reads again.
+func (b *Backend) ResumeSchedule(ctx context.Context, pool, name string, next func(taskpick.Schedule) time.Time) (taskpick.Schedule, error) {
+	for {
+		s, err := b.GetSchedule(ctx, pool, name)
+		if err != nil || !s.Paused {
+			return s, err
+		}
+		s.Paused, s.NextFire = false, next(s)
+		ok, err := b.runSched(ctx, b.scripts, resumeSchedScript, pool, name, s.Spec, s.Timezone, millisOrNone(s.NextFire)).Int64()
+		if err != nil {
+			return taskpick.Schedule{}, b.fail(ctx, err)
+		}
+		if ok == 1 {
+			return s, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return taskpick.Schedule{}, b.fail(ctx, err)
+		}
+	}
+}
+
+// DeleteSchedule implements taskpick.ScheduleStore.
+func (b *Backend) DeleteSchedule(ctx context.Context, pool, name string) error {
+	gen, err := b.rdb.HGet(ctx, b.schedPoolsKey(), pool).Result()
+	if err != nil && err != redis.Nil {
+		return b.fail(ctx, err)
+	}
+	v, err := b.runSched(ctx, b.scripts, deleteSchedScript, pool, name).Result()
+	if err != nil {
+		return b.fail(ctx, err)
+	}
+	vals := v.([]any)
+	if toInt(vals[0]) == 0 {
+		return taskpick.ErrScheduleNotFound
+	}
+	if toInt(vals[1]) == 1 && gen != "" {
+		if err := unregisterScript.Run(ctx, b.scripts, []string{b.schedPoolsKey()}, pool, gen).Err(); err != nil {
+			return b.fail(ctx, err)
+		}
+	}
+	return nil
+}
+
+// FireDue implements taskpick.ScheduleStore: per pool with schedules, the due names (up to
+// what is left of limit), each read and then fired by one script that checks the next fire
+// it was planned from.
+func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan func(taskpick.Schedule) taskpick.Fire) ([]taskpick.Fired, error) {
+	pools, err := b.rdb.HKeys(ctx, b.schedPoolsKey()).Result()
+	if err != nil {
+		return nil, b.fail(ctx, err)
+	}
+	var out []taskpick.Fired
+	for _, pool := range pools {
+		if len(out) >= limit {
+			break
+		}
+		keys, _ := b.schedKeys(pool, "")
+		names, err := b.rdb.ZRangeByScore(ctx, keys[9], &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit - len(out))}).Result()
+		if err != nil {
+			return out, b.fail(ctx, err)
+		}
+		for _, name := range names {
+			s, err := b.GetSchedule(ctx, pool, name)
+			if err == taskpick.ErrScheduleNotFound || (err == nil && (s.Paused || s.NextFire.IsZero())) {
+				continue
+			}
+			if err != nil {
+				return out, err
+			}
+			f := plan(s)
+			args := []any{s.NextFire.UnixMilli(), millisOrNone(f.Next), f.Fired.UnixMilli(), "", "", 0, 0}
+			if f.Task != nil {
+				args[3], args[4], args[5], args[6] = f.Task.ID, f.Task.Payload, f.Task.Priority, f.Task.MaxAttempts
+			}
+			r, err := b.runSched(ctx, b.scripts, fireSchedScript, pool, name, args...).Int64()
+			if err != nil {
+				return out, b.fail(ctx, err)
+			}
+			if r >= 0 {
+				out = append(out, taskpick.Fired{Pool: pool, Name: name, Created: r == 1})
+			}
+		}
+	}
+	return out, nil
+}
