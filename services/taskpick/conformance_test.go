@@ -41,6 +41,7 @@ var behaviours = []struct {
 	{"HugeTokensAreWrongTokens", testHugeTokens},
 	{"MultiTaskPickAnswersInPickOrder", testPickOrder},
 	{"PickAndListDeadStayWithinTheAnswerLimit", testAnswerLimit},
+	{"Schedules", testSchedules},
 }
 
 func TestConformance(t *testing.T) {

@@ -103,14 +103,14 @@ func (c cronSpec) next(t time.Time) time.Time {
 	return n.UTC()
 }
 
-// planFire decides what firing s, due at now, does. A tick at most grace late fires as usual
+// planFire decides what firing s, due at now, does. A tick less than grace late fires as usual
 // and the schedule moves to the tick after it (the next pass fires that one too when it is
 // also due, so a short stall catches up tick by tick). An older tick was missed: the
 // schedule moves to its first tick that is not missed, firing one task for all the missed
 // ones under MissedRunOnce and none under MissedSkip.
 func planFire(s Schedule, c cronSpec, now time.Time, grace time.Duration) Fire {
 	t := s.NextFire
-	if now.Sub(t) <= grace {
+	if now.Sub(t) < grace {
 		return Fire{Fired: t, Next: c.next(t), Task: scheduledTask(s, t)}
 	}
 	f := Fire{Fired: t, Next: c.next(now.Add(-grace))}

@@ -269,7 +269,9 @@ func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan fu
 		}
 		for _, name := range names {
 			s, err := b.GetSchedule(ctx, pool, name)
-			if err == taskpick.ErrScheduleNotFound || (err == nil && (s.Paused || s.NextFire.IsZero())) {
+			// Read after the range: another instance may have fired it meanwhile, and a plan
+			// from its new next fire would fire a tick that is not due.
+			if err == taskpick.ErrScheduleNotFound || (err == nil && (s.Paused || s.NextFire.IsZero() || s.NextFire.After(now))) {
 				continue
 			}
 			if err != nil {
