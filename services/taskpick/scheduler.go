@@ -50,7 +50,8 @@ func (s *Service) scheduleLoop(ctx context.Context, name string, b Backend, inte
 	}
 }
 
-// fireDue fires b's schedules due by the service's clock, a batch at a time.
+// fireDue fires b's schedules due by the service's clock, a batch at a time, until none is
+// left: a schedule some ticks behind (within the grace) catches up in one pass.
 func (s *Service) fireDue(ctx context.Context, name string, b Backend) error {
 	now := s.clock()
 	plan := func(sc Schedule) Fire {
@@ -76,8 +77,8 @@ func (s *Service) fireDue(ctx context.Context, name string, b Backend) error {
 			s.count(name, "scheduled", n)
 			s.announce(name, pool, n)
 		}
-		if len(fired) < scheduleBatch {
-			return nil
+		if len(fired) == 0 {
+			return nil // nothing (more) due, or other instances fire it
 		}
 	}
 	return nil
