@@ -2,6 +2,7 @@ package taskpick_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"connectrpc.com/connect"
 
 	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/libs/sqldb"
+	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/taskpick"
 )
 
@@ -40,9 +43,8 @@ func scheduleClock(clk *fakeClock) func(*taskpick.Config) {
 const testGrace = 5 * time.Second
 
 // testSchedules runs the schedule behaviours one after another, each at a fake time of its
-// own far in the future: instances on MySQL share the dev database's schedule table, and an
-// instance whose clock runs years ahead would fire any schedule it finds due, so no two of
-// these may run at once, and no real-time instance may see their schedules due.
+// own far in the future, each on a store of its own (scheduleStore): a scheduler whose clock
+// runs years ahead fires every schedule it finds due.
 func testSchedules(t *testing.T, b backendCase) {
 	for i, c := range []struct {
 		name string
@@ -60,9 +62,49 @@ func testSchedules(t *testing.T, b backendCase) {
 	}
 }
 
+// scheduleStore is b's store for the schedule rows: on MySQL a database of the test's own,
+// dropped when it ends, since a scheduler on a fake clock fires every schedule it finds due
+// in its table (in the shared table, those of every other test, at the wrong time).
+func scheduleStore(t *testing.T, b backendCase) func(t *testing.T) taskpick.Backend {
+	if b.name != "mysql" {
+		return b.store(t)
+	}
+	name := fmt.Sprintf("coordkit_sched_%x", rand.Uint64())
+	admin, err := sqldb.OpenMySQL(ctx, testenv.MySQLDSN(), 1)
+	if err != nil {
+		t.Fatalf("open mysql: %v", err)
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		admin, err := sqldb.OpenMySQL(ctx, testenv.MySQLDSN(), 1)
+		if err == nil {
+			admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name) //nolint:errcheck // best effort
+			admin.Close()
+		}
+	})
+	dsn := testenv.MySQLDSN()
+	at := strings.Index(dsn, ")/") + 2
+	end := strings.IndexByte(dsn[at:], '?')
+	if end < 0 {
+		end = len(dsn) - at
+	}
+	dsn = dsn[:at] + name + dsn[at+end:]
+	return func(t *testing.T) taskpick.Backend {
+		db, err := sqldb.OpenMySQL(ctx, dsn, 16)
+		if err != nil {
+			t.Fatalf("open mysql: %v", err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return sqlBackend(t, db)
+	}
+}
+
 // schedulers starts n instances with schedulers on clk over one store.
 func schedulers(t *testing.T, b backendCase, clk *fakeClock, n int) []*instance {
-	open := b.store(t)
+	open := scheduleStore(t, b)
 	var ins []*instance
 	for range n {
 		ins = append(ins, startInstance(t, b.name, open(t), nil, scheduleClock(clk)))
@@ -152,7 +194,7 @@ func testScheduleOncePerTick(t *testing.T, b backendCase, clk *fakeClock) {
 // once, each planning a task of a different id: only the check that the schedule's next fire
 // is still the one planned from keeps it to one task.
 func testScheduleRacingFires(t *testing.T, b backendCase, clk *fakeClock) {
-	open := b.store(t)
+	open := scheduleStore(t, b)
 	stores := []taskpick.Backend{open(t), open(t), open(t)}
 	in := startInstance(t, b.name, stores[0], nil, func(cfg *taskpick.Config) { cfg.Clock, cfg.ScheduleInterval = clk.Now, time.Hour })
 	p := pool(t, "sched-race")
