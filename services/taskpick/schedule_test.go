@@ -3,7 +3,9 @@ package taskpick_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -381,4 +383,54 @@ func TestScheduleBadInput(t *testing.T) {
 	}
 	_, err = in.client.ListSchedules(ctx, &taskpickv1.ListSchedulesRequest{Pool: p, Limit: taskpick.MaxListSchedules + 1})
 	wantCode(t, err, connect.CodeInvalidArgument)
+}
+
+// TestScheduleStorm makes many schedules due at once on three instances: every one fires
+// once, a bounded batch at a time, and none is left behind. COORDKIT_SCHEDULE_STORM sets
+// how many (300 by default; docs/benchmarks.md has 10,000).
+func TestScheduleStorm(t *testing.T) {
+	t.Parallel()
+	n := 300
+	if v := os.Getenv("COORDKIT_SCHEDULE_STORM"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	for _, name := range []string{"redis", "mysql", "postgres", "sqlite"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := backendNamed(name)
+			clk := newFakeClock(time.Date(2200, 1, 1, 0, 0, 0, 500e6, time.UTC))
+			open := scheduleStore(t, b)
+			seed := open(t)
+			p := pool(t, "storm")
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Go(func() {
+					for i := w; i < n; i += 8 {
+						if _, _, err := seed.PutSchedule(ctx, taskpick.Schedule{Pool: p, Name: fmt.Sprint("s", i), Spec: "* * * * * *", Timezone: "UTC",
+							MaxAttempts: 1, Missed: taskpick.MissedSkip, NextFire: clk.Tick(1)}); err != nil {
+							t.Errorf("PutSchedule: %v", err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			var ins []*instance
+			for range 3 {
+				ins = append(ins, startInstance(t, b.name, open(t), nil, func(cfg *taskpick.Config) {
+					cfg.Clock, cfg.ScheduleInterval = clk.Now, 50*time.Millisecond
+				}))
+			}
+			clk.Add(time.Second)
+			took := waitFor(t, 2*time.Minute, fmt.Sprintf("%d due schedules fire", n), func() bool {
+				return stats(t, ins[0], p).GetAvailable() == uint64(n)
+			})
+			t.Logf("%s: %d schedules due at once fired in %v on 3 instances", name, n, took.Round(time.Millisecond))
+			for _, s := range []string{"s0", fmt.Sprint("s", n-1)} {
+				if got := getSchedule(t, ins[1], p, s).GetNextFire().AsTime(); !got.Equal(clk.Tick(1)) {
+					t.Fatalf("%s next fire %v, want %v", s, got, clk.Tick(1))
+				}
+			}
+		})
+	}
 }

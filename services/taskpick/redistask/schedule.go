@@ -2,7 +2,7 @@ package redistask
 
 import (
 	"context"
-	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -249,47 +249,81 @@ func (b *Backend) DeleteSchedule(ctx context.Context, pool, name string) error {
 	return nil
 }
 
-// FireDue implements taskpick.ScheduleStore: per pool with schedules, the due names (up to
-// what is left of limit), each read and then fired by one script that checks the next fire
-// it was planned from.
+// dueSchedScript reads up to ARGV[3] running schedules due at ARGV[4] (ms): per schedule its
+// name, then read()'s fields. KEYS[11], the hash of the schedule named "", is every
+// schedule hash's prefix.
+var dueSchedScript = redis.NewScript(prelude + `
+local K_DUE, prefix = KEYS[10], KEYS[11]
+local names = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', ARGV[4], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for i = 1, #names, 2 do
+  local f = redis.call('HMGET', prefix .. names[i], 's', 'z', 'p', 'pr', 'ma', 'mi', 'pa', 'lf')
+  if f[1] then
+    out[#out + 1] = {names[i], 1, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], names[i + 1]}
+  end
+end
+return out
+`)
+
+// fireConcurrency bounds the fire scripts one FireDue has in flight; the pipelined scripter
+// sends concurrent ones together.
+const fireConcurrency = 32
+
+// FireDue implements taskpick.ScheduleStore: per pool with schedules, one script reads its
+// due schedules (up to what is left of limit), then one script per schedule fires it,
+// checking the next fire it was planned from; the fires run concurrently.
 func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan func(taskpick.Schedule) taskpick.Fire) ([]taskpick.Fired, error) {
 	pools, err := b.rdb.HKeys(ctx, b.schedPoolsKey()).Result()
 	if err != nil {
 		return nil, b.fail(ctx, err)
 	}
-	var out []taskpick.Fired
+	var due []taskpick.Schedule
 	for _, pool := range pools {
-		if len(out) >= limit {
+		if len(due) >= limit {
 			break
 		}
-		keys, _ := b.schedKeys(pool, "")
-		names, err := b.rdb.ZRangeByScore(ctx, keys[9], &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit - len(out))}).Result()
+		v, err := b.runSched(ctx, b.scripts, dueSchedScript, pool, "", limit-len(due), now.UnixMilli()).Result()
 		if err != nil {
-			return out, b.fail(ctx, err)
+			return nil, b.fail(ctx, err)
 		}
-		for _, name := range names {
-			s, err := b.GetSchedule(ctx, pool, name)
-			// Read after the range: another instance may have fired it meanwhile, and a plan
-			// from its new next fire would fire a tick that is not due.
-			if err == taskpick.ErrScheduleNotFound || (err == nil && (s.Paused || s.NextFire.IsZero() || s.NextFire.After(now))) {
+		for _, x := range v.([]any) {
+			row := x.([]any)
+			s, err := scheduleFrom(pool, str(row[0]), row[1:])
+			if err != nil || s.Paused || s.NextFire.IsZero() || s.NextFire.After(now) {
 				continue
 			}
-			if err != nil {
-				return out, err
-			}
-			f := plan(s)
-			args := []any{s.NextFire.UnixMilli(), millisOrNone(f.Next), f.Fired.UnixMilli(), "", "", 0, 0}
-			if f.Task != nil {
-				args[3], args[4], args[5], args[6] = f.Task.ID, f.Task.Payload, f.Task.Priority, f.Task.MaxAttempts
-			}
-			r, err := b.runSched(ctx, b.scripts, fireSchedScript, pool, name, args...).Int64()
-			if err != nil {
-				return out, b.fail(ctx, err)
-			}
-			if r >= 0 {
-				out = append(out, taskpick.Fired{Pool: pool, Name: name, Created: r == 1})
-			}
+			due = append(due, s)
 		}
 	}
-	return out, nil
+	var (
+		mu    sync.Mutex
+		out   []taskpick.Fired
+		first error
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, fireConcurrency)
+	)
+	for _, s := range due {
+		f := plan(s)
+		args := []any{s.NextFire.UnixMilli(), millisOrNone(f.Next), f.Fired.UnixMilli(), "", "", 0, 0}
+		if f.Task != nil {
+			args[3], args[4], args[5], args[6] = f.Task.ID, f.Task.Payload, f.Task.Priority, f.Task.MaxAttempts
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			r, err := b.runSched(ctx, b.scripts, fireSchedScript, s.Pool, s.Name, args...).Int64()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				if first == nil {
+					first = b.fail(ctx, err)
+				}
+			case r >= 0:
+				out = append(out, taskpick.Fired{Pool: s.Pool, Name: s.Name, Created: r == 1})
+			}
+		})
+	}
+	wg.Wait()
+	return out, first
 }
