@@ -53,7 +53,7 @@ func (s *Service) scheduleLoop(ctx context.Context, name string, b Backend, inte
 // fireDue fires b's schedules due by the service's clock, a batch at a time, until none is
 // left: a schedule some ticks behind (within the grace) catches up in one pass.
 func (s *Service) fireDue(ctx context.Context, name string, b Backend) error {
-	now := s.clock()
+	now := s.now()
 	plan := func(sc Schedule) Fire {
 		c, err := storedSpec(sc)
 		if err != nil { // stored by a version that read specs differently: stop it, loudly
@@ -91,4 +91,12 @@ func storedSpec(sc Schedule) (cronSpec, error) {
 		return cronSpec{}, err
 	}
 	return compileSpec(sc.Spec, loc)
+}
+
+// now reads the schedules' clock (time.Now for a Service not made by NewService).
+func (s *Service) now() time.Time {
+	if s.clock == nil {
+		return time.Now()
+	}
+	return s.clock()
 }

@@ -15,7 +15,7 @@ func (s *Service) PutSchedule(ctx context.Context, req *taskpickv1.PutScheduleRe
 	if err := checkScheduleName(req.GetPool(), req.GetName()); err != nil {
 		return nil, err
 	}
-	now := s.clock()
+	now := s.now()
 	c, err := parseSpec(req.GetSpec(), req.GetTimezone(), now)
 	if err != nil {
 		return nil, err
@@ -132,7 +132,7 @@ func (s *Service) ResumeSchedule(ctx context.Context, req *taskpickv1.ResumeSche
 	if err != nil {
 		return nil, err
 	}
-	now := s.clock()
+	now := s.now()
 	sc, err := b.ResumeSchedule(ctx, req.GetPool(), req.GetName(), func(sc Schedule) time.Time {
 		c, err := storedSpec(sc)
 		if err != nil {
