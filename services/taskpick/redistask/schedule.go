@@ -21,8 +21,9 @@ import (
 //	                                   lf last fire (ms, 0 before the first)
 //	<prefix>:schedpools                pool -> generation: the pools a fire pass visits
 //
-// A schedule is in schdue while it runs and has a next tick. The pools hash is written after
-// every PutSchedule's script, so a pool with schedules is always in it once a put returned;
+// A schedule is in schdue while it runs and has a next tick. The pools hash is written before
+// and after every PutSchedule's script, so a pool with schedules is always in it once a put
+// returned;
 // DeleteSchedule drops the pool when its last schedule went, conditional on the generation
 // it read before, so a put meanwhile keeps it.
 
@@ -147,6 +148,12 @@ func millisOrNone(t time.Time) int64 {
 
 // PutSchedule implements taskpick.ScheduleStore.
 func (b *Backend) PutSchedule(ctx context.Context, s taskpick.Schedule) (taskpick.Schedule, bool, error) {
+	// Registered before the script as well, so a put that dies between its script and the
+	// registration after it leaves its schedule in a registered pool (unless a delete of
+	// the pool's last schedule raced it in that very gap).
+	if err := b.rdb.HIncrBy(ctx, b.schedPoolsKey(), s.Pool, 1).Err(); err != nil {
+		return taskpick.Schedule{}, false, b.fail(ctx, err)
+	}
 	v, err := b.runSched(ctx, b.scripts, putSchedScript, s.Pool, s.Name, s.Spec, s.Timezone, s.Payload, s.Priority,
 		s.MaxAttempts, int64(s.Missed), millisOrNone(s.NextFire)).Result()
 	if err != nil {
