@@ -23,9 +23,8 @@ import (
 //
 // A schedule is in schdue while it runs and has a next tick. The pools hash is written before
 // and after every PutSchedule's script, so a pool with schedules is always in it once a put
-// returned;
-// DeleteSchedule drops the pool when its last schedule went, conditional on the generation
-// it read before, so a put meanwhile keeps it.
+// returned; DeleteSchedule drops the pool when its last schedule went, conditional on the
+// generation it read before, so a put meanwhile keeps it.
 
 // schedKeys are the KEYS of every schedule script: the pool's 8 task keys, then its names,
 // due set and the schedule's hash; and the task-key prefix (ARGV[1]).
