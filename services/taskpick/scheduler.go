@@ -3,8 +3,6 @@ package taskpick
 import (
 	"context"
 	"time"
-
-	"github.com/coordkit/coordkit/libs/server"
 )
 
 // Scheduler defaults.
@@ -25,29 +23,9 @@ const (
 // scheduleLoop fires b's due schedules every interval until ctx ends. Every instance runs
 // one; the backends make two instances firing one tick put one task.
 func (s *Service) scheduleLoop(ctx context.Context, name string, b Backend, interval time.Duration) {
-	defer s.swept.Done()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		err := s.fireDue(ctx, name, b)
-		if err != nil {
-			if ctx.Err() == nil && !failing {
-				s.log.Warn("firing schedules failed; due ticks wait for the backend", "backend", name, "error", err)
-			}
-			failing = ctx.Err() == nil && !server.Ended(err)
-			continue
-		}
-		if failing {
-			s.log.Info("firing schedules works again", "backend", name)
-			failing = false
-		}
-	}
+	s.every(ctx, name, interval, "firing schedules failed; due ticks wait for the backend", "firing schedules works again", func() error {
+		return s.fireDue(ctx, name, b)
+	})
 }
 
 // fireDue fires b's schedules due by the service's clock, a batch at a time, until none is
