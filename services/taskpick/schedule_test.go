@@ -363,6 +363,7 @@ func TestScheduleBadInput(t *testing.T) {
 		{&taskpickv1.PutScheduleRequest{Pool: p, Name: "x", Spec: "@daily", Timezone: "Mars/Olympus_Mons"}, "timezone"},
 		{&taskpickv1.PutScheduleRequest{Pool: p, Name: "x", Spec: "@daily", Timezone: "Local"}, "timezone"},
 		{&taskpickv1.PutScheduleRequest{Pool: p, Name: "x", Spec: "@daily", Timezone: "../../etc/passwd"}, "timezone"},
+		{&taskpickv1.PutScheduleRequest{Pool: p, Name: "x", Spec: "@daily", Timezone: strings.Repeat("Europe/", 100000)}, "timezone"},
 		{&taskpickv1.PutScheduleRequest{Pool: p, Name: big, Spec: "@daily"}, "name"},
 		{&taskpickv1.PutScheduleRequest{Pool: p, Name: "", Spec: "@daily"}, "name"},
 		{&taskpickv1.PutScheduleRequest{Pool: "", Name: "x", Spec: "@daily"}, "pool"},
@@ -373,6 +374,9 @@ func TestScheduleBadInput(t *testing.T) {
 	} {
 		_, err := in.client.PutSchedule(ctx, c.req)
 		wantCode(t, err, connect.CodeInvalidArgument)
+		if len(err.Error()) > 1024 {
+			t.Errorf("error of %d bytes: a hostile value must not come back whole", len(err.Error()))
+		}
 		if !strings.Contains(err.Error(), c.field) {
 			t.Errorf("spec %q: error %q does not name %s", c.req.GetSpec(), err, c.field)
 		}

@@ -16,6 +16,8 @@ const (
 	MaxScheduleNameBytes = 256
 	// MaxSpecBytes is the longest cron spec.
 	MaxSpecBytes = 256
+	// MaxTimezoneBytes is the longest time zone name (the IANA names are at most 32).
+	MaxTimezoneBytes = 64
 	// MaxListSchedules is the most schedules one ListSchedules returns; DefaultListSchedules
 	// is used for 0.
 	MaxListSchedules = 1000
@@ -56,6 +58,9 @@ func parseSpec(spec, timezone string, now time.Time) (cronSpec, error) {
 func loadZone(name string) (*time.Location, error) {
 	if name == "" {
 		return time.UTC, nil
+	}
+	if len(name) > MaxTimezoneBytes {
+		return nil, server.InvalidField("timezone", "is %d bytes, the limit is %d: name an IANA zone such as \"Europe/Berlin\"", len(name), MaxTimezoneBytes)
 	}
 	if name == "Local" {
 		return nil, server.InvalidField("timezone", "\"Local\" differs between instances: name an IANA zone such as \"Europe/Berlin\", or leave it empty for UTC")

@@ -2396,7 +2396,8 @@ type PutScheduleRequest struct {
 	// "@every 30s". A spec with no tick in the next five years (such as "0 0 30 2 *") is
 	// invalid_argument. At most 256 bytes.
 	Spec string `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
-	// The IANA time zone of the spec, such as "Europe/Berlin"; empty means UTC.
+	// The IANA time zone of the spec, such as "Europe/Berlin" (at most 64 bytes); empty means
+	// UTC. "Local" is invalid: it would differ between instances.
 	Timezone string `protobuf:"bytes,5,opt,name=timezone,proto3" json:"timezone,omitempty"`
 	// The task each tick puts.
 	Template *ScheduleTemplate `protobuf:"bytes,6,opt,name=template,proto3" json:"template,omitempty"`
