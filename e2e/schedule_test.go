@@ -11,7 +11,7 @@ import (
 )
 
 // scheduleRun is how long TestScheduleUnderKills lets its every-second schedule run.
-const scheduleRun = 20 * time.Second
+const scheduleRun = 15 * time.Second
 
 // TestScheduleUnderKills runs a schedule that ticks every second on 3 coord instances over
 // one PostgreSQL schema while the instances are killed with SIGKILL one after another and
