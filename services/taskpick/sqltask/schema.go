@@ -140,7 +140,7 @@ func leaseHashColumn(d sqldb.Dialect) string {
 }
 
 func migrate(ctx context.Context, db *sqldb.DB) error {
-	for _, q := range schema(db.Dialect) {
+	for _, q := range append(schema(db.Dialect), scheduleSchema(db.Dialect)...) {
 		// Instances starting together may race to create the table or an index: PostgreSQL's
 		// IF NOT EXISTS checks before it creates, and the loser fails on the catalog's unique
 		// index once the winner commits. The object is then there, and the statement run
