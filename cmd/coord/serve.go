@@ -23,6 +23,7 @@ import (
 	"github.com/coordkit/coordkit/services/idgen/idgenservice"
 	"github.com/coordkit/coordkit/services/lock"
 	"github.com/coordkit/coordkit/services/lock/lockservice"
+	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/taskpickservice"
 )
 
@@ -44,6 +45,8 @@ type serveConfig struct {
 	defaultBackend string
 	taskDefault    string
 	taskRetention  time.Duration
+	taskSchedule   time.Duration
+	taskGrace      time.Duration
 	logLevel       string
 	logFormat      string
 	compressMin    int
@@ -76,6 +79,8 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.lockScope, "lock-scope", "", "namespace of this deployment's locks in a shared MySQL or PostgreSQL database (default \"default\")")
 	fs.StringVar(&c.taskDefault, "task-default-backend", "", "task backend for requests that name none (default: the first enabled of redis, mysql, postgres, else sqlite)")
 	fs.DurationVar(&c.taskRetention, "task-retention", 0, "keep acked tasks this long (a Put of their id then reports them as existing); 0 deletes them at Ack")
+	fs.DurationVar(&c.taskSchedule, "task-schedule-interval", taskpick.DefaultScheduleInterval, "how often this instance fires due task schedules; a tick fires within about this much after it is due")
+	fs.DurationVar(&c.taskGrace, "task-schedule-grace", taskpick.DefaultScheduleGrace, "how late a schedule's tick may fire and still count as on time; older ticks were missed and follow the schedule's missed policy")
 	fs.StringVar(&c.defaultBackend, "default-backend", "", "lock backend for requests that name none (default: the first enabled of redis, redlock, zookeeper, mysql, postgres, else sqlite)")
 	fs.StringVar(&c.idStore, "id-store", idgenservice.StoreAuto, "where ID segment tags and sql worker-id leases live: auto (the database of --postgres-url or --mysql-dsn, whichever is set, else the SQLite file; both set is an error), sqlite, mysql or postgres")
 	fs.StringVar(&c.idWorkerLeases, "id-worker-leases", "sql", "where snowflake worker ids are leased: sql (the --id-store: the SQLite file, MySQL or PostgreSQL) or redis (needs --redis-url or --redis-addr)")
@@ -181,7 +186,10 @@ func services(cfg serveConfig) []serviceEntry {
 			return idgenservice.Open(ctx, deps, idgenservice.Config{Store: cfg.idStore, WorkerLeases: cfg.idWorkerLeases})
 		}},
 		{"taskpick", func(ctx context.Context, deps service.Deps) (*service.Mounted, error) {
-			return taskpickservice.Open(ctx, deps, taskpickservice.Config{Default: cfg.taskDefault, Retention: cfg.taskRetention})
+			return taskpickservice.Open(ctx, deps, taskpickservice.Config{
+				Default: cfg.taskDefault, Retention: cfg.taskRetention,
+				ScheduleInterval: cfg.taskSchedule, ScheduleGrace: cfg.taskGrace,
+			})
 		}},
 	}
 }

@@ -62,7 +62,7 @@ var taskVerbs = []struct {
 // newTaskCmd builds `coord task` and its subcommands.
 func newTaskCmd() *cobra.Command {
 	cf := &clientFlags{}
-	c := newGroupCmd("task", "call the task-pick service: put, pick, ack, nack, extend, get, stats, dead, requeue, cancel, pool")
+	c := newGroupCmd("task", "call the task-pick service: put, pick, ack, nack, extend, get, stats, dead, requeue, cancel, pool, schedule")
 	c.Long = `Call the task-pick service.
 
 pick prints one line per task with its fencing token and its LEASE (TOKEN:SECRET, the token
@@ -90,6 +90,7 @@ ttl unless acked, nacked or extended.`
 		c.AddCommand(sub)
 	}
 	c.AddCommand(newTaskPoolCmd(cf))
+	c.AddCommand(newTaskScheduleCmd(cf))
 	return c
 }
 

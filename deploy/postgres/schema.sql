@@ -114,6 +114,24 @@ CREATE TABLE coordkit.coordkit_task_pools (
 );
 
 --
+-- Name: coordkit_task_schedules; Type: TABLE; Schema: coordkit; Owner: -
+--
+
+CREATE TABLE coordkit.coordkit_task_schedules (
+    pool text NOT NULL COLLATE pg_catalog."C",
+    name text NOT NULL COLLATE pg_catalog."C",
+    spec text NOT NULL COLLATE pg_catalog."C",
+    timezone text NOT NULL COLLATE pg_catalog."C",
+    payload bytea NOT NULL,
+    priority bigint NOT NULL,
+    max_attempts bigint NOT NULL,
+    missed bigint NOT NULL,
+    paused bigint DEFAULT 0 NOT NULL,
+    next_fire bigint,
+    last_fire bigint DEFAULT 0 NOT NULL
+);
+
+--
 -- Name: coordkit_task_unique; Type: TABLE; Schema: coordkit; Owner: -
 --
 
@@ -204,6 +222,13 @@ ALTER TABLE ONLY coordkit.coordkit_task_pools
     ADD CONSTRAINT coordkit_task_pools_pkey PRIMARY KEY (pool);
 
 --
+-- Name: coordkit_task_schedules coordkit_task_schedules_pkey; Type: CONSTRAINT; Schema: coordkit; Owner: -
+--
+
+ALTER TABLE ONLY coordkit.coordkit_task_schedules
+    ADD CONSTRAINT coordkit_task_schedules_pkey PRIMARY KEY (pool, name);
+
+--
 -- Name: coordkit_task_unique coordkit_task_unique_pkey; Type: CONSTRAINT; Schema: coordkit; Owner: -
 --
 
@@ -234,6 +259,12 @@ CREATE INDEX coordkit_lock_waiters_deadline ON coordkit.coordkit_lock_waiters US
 --
 
 CREATE INDEX coordkit_lock_waiters_line ON coordkit.coordkit_lock_waiters USING btree (scope, lock_key, arrival);
+
+--
+-- Name: coordkit_task_schedules_due; Type: INDEX; Schema: coordkit; Owner: -
+--
+
+CREATE INDEX coordkit_task_schedules_due ON coordkit.coordkit_task_schedules USING btree (next_fire);
 
 --
 -- Name: coordkit_tasks_fifo; Type: INDEX; Schema: coordkit; Owner: -

@@ -255,4 +255,6 @@ type Backend interface {
 	Cancel(ctx context.Context, pool, id string) error
 	// Close releases the backend's resources (not connections it was given).
 	Close() error
+	// ScheduleStore keeps the pools' schedules.
+	ScheduleStore
 }

@@ -52,6 +52,7 @@ var behaviours = []struct {
 	{"CancelReadyDelayedNotLeased", testCancel},
 	{"PoolSettingsSurviveRestart", testSettingsSurviveRestart},
 	{"RacingSetPoolSettingsLeaveOneWhole", testConcurrentSettings},
+	{"Schedules", testSchedules},
 }
 
 func TestConformance(t *testing.T) {

@@ -13,6 +13,7 @@ require (
 	github.com/coordkit/coordkit/libs/client v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/robfig/cron/v3 v3.0.1
 	google.golang.org/protobuf v1.36.12
 )
 

@@ -73,8 +73,9 @@ func mysqlStore(t *testing.T) func(t *testing.T) taskpick.Backend {
 	t.Cleanup(func() {
 		db, err := sqldb.OpenMySQL(context.Background(), testenv.MySQLDSN(), 1)
 		if err == nil {
-			db.Exec("DELETE FROM coordkit_tasks WHERE pool LIKE ?", prefix+"%")      //nolint:errcheck // best effort
-			db.Exec("DELETE FROM coordkit_task_pools WHERE pool LIKE ?", prefix+"%") //nolint:errcheck // best effort
+			db.Exec("DELETE FROM coordkit_tasks WHERE pool LIKE ?", prefix+"%")          //nolint:errcheck // best effort
+			db.Exec("DELETE FROM coordkit_task_pools WHERE pool LIKE ?", prefix+"%")     //nolint:errcheck // best effort
+			db.Exec("DELETE FROM coordkit_task_schedules WHERE pool LIKE ?", prefix+"%") //nolint:errcheck // best effort
 			db.Close()
 		}
 	})

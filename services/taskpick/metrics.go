@@ -19,7 +19,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordkit_taskpick_tasks_total",
-			Help: "Tasks by what happened to them: put (new), exists (Put of an existing id), duplicate (Put whose unique key another task holds), picked, acked, nacked, died (Nack on the last attempt), requeued.",
+			Help: "Tasks by what happened to them: put (new), exists (Put of an existing id), duplicate (Put whose unique key another task holds), picked, acked, nacked, died (Nack on the last attempt), requeued, scheduled (put by a schedule's tick).",
 		}, []string{"backend", "event"}),
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordkit_taskpick_recovered_total",

@@ -42,6 +42,16 @@ type Config struct {
 	// Pick leases, ListDead lists and a Batch's Gets read no more than fits. Default
 	// DefaultMaxAnswerBytes (4 MiB); at least MinAnswerBytes.
 	MaxAnswerBytes int
+	// ScheduleInterval is how often this instance fires due schedules; default
+	// DefaultScheduleInterval. A tick fires within about this much after it is due.
+	ScheduleInterval time.Duration
+	// ScheduleGrace is how late a tick may fire and still count as on time; older ticks
+	// were missed and follow their schedule's Missed policy. Default DefaultScheduleGrace.
+	ScheduleGrace time.Duration
+	// Clock is the clock schedules are reckoned by; default time.Now. Instances sharing a
+	// backend should have clocks in agreement: one running ahead fires ticks early by as
+	// much (never twice).
+	Clock func() time.Time
 }
 
 // DefaultSweepInterval is how often each instance sweeps expired leases by default.
@@ -60,11 +70,14 @@ type Service struct {
 	maxAnswer int
 	stopSweep context.CancelFunc
 	swept     sync.WaitGroup
+	clock     func() time.Time
+	grace     time.Duration
 }
 
 var _ taskpickv1connect.TaskPickServiceHandler = (*Service)(nil)
 
-// NewService checks cfg, subscribes to available events and starts the sweepers. Close stops
+// NewService checks cfg, subscribes to available events and starts the sweepers and the
+// schedulers. Close stops
 // them; it does not close the backends.
 func NewService(cfg Config) (*Service, error) {
 	if len(cfg.Backends) == 0 {
@@ -83,6 +96,15 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = DefaultSweepInterval
 	}
+	if cfg.ScheduleInterval <= 0 {
+		cfg.ScheduleInterval = DefaultScheduleInterval
+	}
+	if cfg.ScheduleGrace <= 0 {
+		cfg.ScheduleGrace = DefaultScheduleGrace
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
 	if cfg.MaxAnswerBytes == 0 {
 		cfg.MaxAnswerBytes = DefaultMaxAnswerBytes
 	}
@@ -90,7 +112,8 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("taskpick: MaxAnswerBytes %d is below %d, the answer of one task of the largest size", cfg.MaxAnswerBytes, MinAnswerBytes)
 	}
 	s := &Service{backends: cfg.Backends, def: def, bus: cfg.Events, waiters: newWaiters(), recheck: cfg.Recheck,
-		metrics: newMetrics(cfg.Registerer), log: cfg.Logger, maxAnswer: cfg.MaxAnswerBytes}
+		metrics: newMetrics(cfg.Registerer), log: cfg.Logger, maxAnswer: cfg.MaxAnswerBytes,
+		clock: cfg.Clock, grace: cfg.ScheduleGrace}
 	if s.bus != nil {
 		unsub, err := s.bus.Subscribe(availablePattern, s.onAvailable)
 		if err != nil {
@@ -103,11 +126,13 @@ func NewService(cfg Config) (*Service, error) {
 	for name, b := range cfg.Backends {
 		s.swept.Add(1)
 		go s.sweepLoop(ctx, name, b, cfg.SweepInterval)
+		s.swept.Add(1)
+		go s.scheduleLoop(ctx, name, b, cfg.ScheduleInterval)
 	}
 	return s, nil
 }
 
-// Close stops the sweepers and the event subscription. It closes no backend: whoever opened
+// Close stops the sweepers, the schedulers and the event subscription. It closes no backend: whoever opened
 // them closes them, after the service (taskpickservice.Open's Mounted.Close does).
 func (s *Service) Close() error {
 	s.stopSweep()

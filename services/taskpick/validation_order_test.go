@@ -85,6 +85,34 @@ func TestFieldErrorsBeforeBackend(t *testing.T) {
 			_, err := s.Requeue(ctx, &taskpickv1.RequeueRequest{Backend: nope, Pool: "p"})
 			return err
 		}, "ids"},
+		{"PutSchedule, bad spec", func() error {
+			_, err := s.PutSchedule(ctx, &taskpickv1.PutScheduleRequest{Backend: nope, Pool: "p", Name: "n", Spec: "61 * * * *"})
+			return err
+		}, "spec"},
+		{"PutSchedule, unknown timezone", func() error {
+			_, err := s.PutSchedule(ctx, &taskpickv1.PutScheduleRequest{Backend: nope, Pool: "p", Name: "n", Spec: "@daily", Timezone: "Nowhere/Land"})
+			return err
+		}, "timezone"},
+		{"GetSchedule, empty name", func() error {
+			_, err := s.GetSchedule(ctx, &taskpickv1.GetScheduleRequest{Backend: nope, Pool: "p"})
+			return err
+		}, "name"},
+		{"ListSchedules, limit out of range", func() error {
+			_, err := s.ListSchedules(ctx, &taskpickv1.ListSchedulesRequest{Backend: nope, Pool: "p", Limit: MaxListSchedules + 1})
+			return err
+		}, "limit"},
+		{"PauseSchedule, empty pool", func() error {
+			_, err := s.PauseSchedule(ctx, &taskpickv1.PauseScheduleRequest{Backend: nope, Name: "n"})
+			return err
+		}, "pool"},
+		{"ResumeSchedule, empty name", func() error {
+			_, err := s.ResumeSchedule(ctx, &taskpickv1.ResumeScheduleRequest{Backend: nope, Pool: "p"})
+			return err
+		}, "name"},
+		{"DeleteSchedule, empty name", func() error {
+			_, err := s.DeleteSchedule(ctx, &taskpickv1.DeleteScheduleRequest{Backend: nope, Pool: "p"})
+			return err
+		}, "name"},
 		{"Batch Put, empty pool", func() error {
 			r, err := s.Batch(ctx, &taskpickv1.BatchRequest{Operations: []*taskpickv1.BatchOperation{
 				{Operation: &taskpickv1.BatchOperation_Put{Put: &taskpickv1.PutRequest{Backend: nope, Tasks: task}}},

@@ -19,7 +19,7 @@ import (
 // m its member in the ready sets while it is ready, ra (ready: when it became available;
 // delayed: when it is due; leased: the lease's end; dead: when it died; done: purge time),
 // tk the last lease token, lh the digest of the lease's secret, at attempts, ma max attempts, f failures, r recoveries, e last error.
-const prelude = `
+var prelude = `
 local K_READY, K_FIFO, K_DELAYED, K_LEASED, K_DEAD, K_DONE, K_SEQ, K_REG, K_SET, K_CANC =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local P = ARGV[1]
@@ -50,6 +50,24 @@ end
 local function register()
   if redis.call('EXISTS', K_REG) == 1 then return 0 end
   redis.call('SET', K_REG, 1)
+  return 1
+end
+-- put adds the task id unless it exists: 1 when it added it, 0 when it existed.
+local function put(id, payload, prio, delay, maxa)
+  local key = P .. id
+  if redis.call('EXISTS', key) == 1 then return 0 end
+  if maxa == '0' then
+    maxa = redis.call('HGET', K_SET, 'ma')
+    if not maxa or maxa == '0' then maxa = '` + strconv.Itoa(taskpick.DefaultMaxAttempts) + `' end
+  end
+  local tok = string.format('%.0f', (now + 2) * 1024)
+  redis.call('HSET', key, 'p', payload, 'pr', prio, 'tk', tok, 'at', 0, 'ma', maxa, 'f', 0, 'r', 0, 'e', '')
+  if delay > 0 then
+    redis.call('HSET', key, 'st', 1, 'm', '', 'ra', string.format('%.0f', now + 1 + delay))
+    redis.call('ZADD', K_DELAYED, now + 1 + delay, id)
+  else
+    ready(id, key, prio, now)
+  end
   return 1
 end
 -- held: 1 when token and digest hold an unexpired lease on key, 0 when the task is missing,
@@ -94,9 +112,6 @@ end
 // expires by itself (PX).
 var putScript = redis.NewScript(prelude + `
 local out = {}
-local poolMax = redis.call('HGET', K_SET, 'ma')
-if not poolMax or poolMax == '0' then poolMax = '` + strconv.Itoa(taskpick.DefaultMaxAttempts) + `' end
-local tok = string.format('%.0f', (now + 2) * 1024)
 local function state(key)
   local st, ra, at = unpack(redis.call('HMGET', key, 'st', 'ra', 'at'))
   if not st then return 0, 0 end
@@ -120,37 +135,25 @@ local function holder(ukey)
 end
 local i = 2
 while i <= #ARGV do
-  local id, payload, prio, delay, maxa = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
+  local id = ARGV[i]
   local ukey, uscope, uperiod = ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
-  local key = P .. id
-  if maxa == '0' then maxa = poolMax end
   local hid, hst
   if ukey ~= '' then hid, hst = holder(ukey) end
   if hid and hid ~= id then
     out[#out + 1] = 2
     out[#out + 1] = hid
     out[#out + 1] = hst
-  elseif redis.call('EXISTS', key) == 1 then
-    out[#out + 1] = 0
-    out[#out + 1] = ''
-    out[#out + 1] = 0
   else
-    redis.call('HSET', key, 'p', payload, 'pr', prio, 'tk', tok, 'at', 0, 'ma', maxa, 'f', 0, 'r', 0, 'e', '')
-    if delay > 0 then
-      redis.call('HSET', key, 'st', 1, 'm', '', 'ra', string.format('%.0f', now + 1 + delay))
-      redis.call('ZADD', K_DELAYED, now + 1 + delay, id)
-    else
-      ready(id, key, prio, now)
-    end
-    if ukey ~= '' then
-      redis.call('HSET', key, 'uk', ukey, 'us', uscope)
+    local added = put(id, ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4])
+    if added == 1 and ukey ~= '' then
+      redis.call('HSET', P .. id, 'uk', ukey, 'us', uscope)
       if uscope == '3' then
         redis.call('SET', P .. '\0' .. ukey, uscope .. id, 'PX', uperiod)
       else
         redis.call('SET', P .. '\0' .. ukey, uscope .. id)
       end
     end
-    out[#out + 1] = 1
+    out[#out + 1] = added
     out[#out + 1] = ''
     out[#out + 1] = 0
   end

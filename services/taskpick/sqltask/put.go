@@ -14,65 +14,72 @@ import (
 // keys' rows, in key order (lockUniqueKeys), then are put in request order, each checking
 // its key's holder before it inserts (uniqueput.go).
 func (b *Backend) Put(ctx context.Context, pool string, tasks []taskpick.NewTask) ([]taskpick.PutResult, error) {
-	results := make([]taskpick.PutResult, len(tasks))
+	var results []taskpick.PutResult
 	err := b.txWith(ctx, b.putTxOptions(tasks), func(tx *sql.Tx) error {
-		clear(results)
-		var now int64
-		if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
-			return err
-		}
-		if locked, err := b.lockUniqueKeys(ctx, tx, pool, tasks); err != nil {
-			return err
-		} else if locked {
-			// The clock again: the locks may have waited for other Puts, whose tasks were
-			// put at later times than the first reading.
-			if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
-				return err
-			}
-		}
-		var poolMax uint32 // the pool's default attempts, read only when a task leaves them unset
-		if slices.ContainsFunc(tasks, func(t taskpick.NewTask) bool { return t.MaxAttempts == 0 }) {
-			err := tx.StmtContext(ctx, b.st.poolMax).QueryRowContext(ctx, pool).Scan(&poolMax)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-		}
-		ins := tx.StmtContext(ctx, b.st.insert)
-		for i, t := range tasks {
-			if t.UniqueKey != "" {
-				h, err := b.uniqueHolder(ctx, tx, pool, t.UniqueKey, now)
-				if err != nil {
-					return err
-				}
-				if h.held && h.id != t.ID {
-					results[i] = taskpick.PutResult{Duplicate: true, HolderID: h.id, HolderState: h.state}
-					continue
-				}
-			}
-			runAt := now
-			if t.Delay > 0 { // the clock may read up to a millisecond late: due strictly after
-				runAt = now + 1 + ceilMillis(t.Delay)
-			}
-			res, err := ins.ExecContext(ctx, pool, t.ID, -int64(t.Priority), randomPosition(),
-				runAt, taskpick.PutToken(now), taskpick.MaxAttemptsFor(t.MaxAttempts, poolMax), nonNil(t.Payload))
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			results[i].Created = n == 1
-			if results[i].Created && t.UniqueKey != "" {
-				if err := b.claimUnique(ctx, tx, pool, t, now); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		var err error
+		results, err = b.putIn(ctx, tx, pool, tasks)
+		return err
 	})
 	if err != nil {
 		return nil, b.fail(ctx, err)
+	}
+	return results, nil
+}
+
+// putIn puts tasks into pool within tx, as Put does, and says per task what it did.
+func (b *Backend) putIn(ctx context.Context, tx *sql.Tx, pool string, tasks []taskpick.NewTask) ([]taskpick.PutResult, error) {
+	results := make([]taskpick.PutResult, len(tasks))
+	var now int64
+	if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
+		return nil, err
+	}
+	if locked, err := b.lockUniqueKeys(ctx, tx, pool, tasks); err != nil {
+		return nil, err
+	} else if locked {
+		// The clock again: the locks may have waited for other Puts, whose tasks were put
+		// at later times than the first reading.
+		if err := tx.StmtContext(ctx, b.st.now).QueryRowContext(ctx).Scan(&now); err != nil {
+			return nil, err
+		}
+	}
+	var poolMax uint32 // the pool's default attempts, read only when a task leaves them unset
+	if slices.ContainsFunc(tasks, func(t taskpick.NewTask) bool { return t.MaxAttempts == 0 }) {
+		err := tx.StmtContext(ctx, b.st.poolMax).QueryRowContext(ctx, pool).Scan(&poolMax)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+	}
+	ins := tx.StmtContext(ctx, b.st.insert)
+	for i, t := range tasks {
+		if t.UniqueKey != "" {
+			h, err := b.uniqueHolder(ctx, tx, pool, t.UniqueKey, now)
+			if err != nil {
+				return nil, err
+			}
+			if h.held && h.id != t.ID {
+				results[i] = taskpick.PutResult{Duplicate: true, HolderID: h.id, HolderState: h.state}
+				continue
+			}
+		}
+		runAt := now
+		if t.Delay > 0 { // the clock may read up to a millisecond late: due strictly after
+			runAt = now + 1 + ceilMillis(t.Delay)
+		}
+		res, err := ins.ExecContext(ctx, pool, t.ID, -int64(t.Priority), randomPosition(),
+			runAt, taskpick.PutToken(now), taskpick.MaxAttemptsFor(t.MaxAttempts, poolMax), nonNil(t.Payload))
+		if err != nil {
+			return nil, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		results[i].Created = n == 1
+		if results[i].Created && t.UniqueKey != "" {
+			if err := b.claimUnique(ctx, tx, pool, t, now); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return results, nil
 }

@@ -184,7 +184,7 @@ func uniqueSchema(d sqldb.Dialect) string {
 }
 
 func migrate(ctx context.Context, db *sqldb.DB) error {
-	for _, q := range append(schema(db.Dialect), uniqueSchema(db.Dialect)) {
+	for _, q := range append(append(schema(db.Dialect), scheduleSchema(db.Dialect)...), uniqueSchema(db.Dialect)) {
 		// Instances starting together may race to create the table or an index: PostgreSQL's
 		// IF NOT EXISTS checks before it creates, and the loser fails on the catalog's unique
 		// index once the winner commits. The object is then there, and the statement run

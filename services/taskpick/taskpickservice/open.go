@@ -30,6 +30,12 @@ type Config struct {
 	// SweepInterval is how often this instance recovers expired leases; default
 	// taskpick.DefaultSweepInterval.
 	SweepInterval time.Duration
+	// ScheduleInterval is how often this instance fires due schedules; default
+	// taskpick.DefaultScheduleInterval.
+	ScheduleInterval time.Duration
+	// ScheduleGrace is how late a tick may fire and still count as on time; default
+	// taskpick.DefaultScheduleGrace.
+	ScheduleGrace time.Duration
 }
 
 // Backends are the task backends, in default-backend preference: redis on Deps.Redis,
@@ -92,6 +98,7 @@ func Open(ctx context.Context, deps service.Deps, cfg Config) (*service.Mounted,
 	}
 	svc, err := taskpick.NewService(taskpick.Config{
 		Backends: backends, Default: def, Events: deps.Events, SweepInterval: cfg.SweepInterval,
+		ScheduleInterval: cfg.ScheduleInterval, ScheduleGrace: cfg.ScheduleGrace,
 		Registerer: deps.Registerer, Logger: deps.Log(),
 	})
 	if err != nil {

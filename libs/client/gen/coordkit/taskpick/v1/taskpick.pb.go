@@ -219,6 +219,63 @@ func (UniqueScope) EnumDescriptor() ([]byte, []int) {
 	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{2}
 }
 
+// ScheduleMissed says what a schedule does with ticks that passed while no instance of the
+// service could fire them (all were down, or the backend was unreachable) for longer than the
+// service's grace (one minute by default). A tick fired late but within the grace is fired as
+// usual.
+type ScheduleMissed int32
+
+const (
+	// Unset means SCHEDULE_MISSED_SKIP.
+	ScheduleMissed_SCHEDULE_MISSED_UNSPECIFIED ScheduleMissed = 0
+	// Missed ticks put no task; the schedule continues with its next tick that is not missed.
+	ScheduleMissed_SCHEDULE_MISSED_SKIP ScheduleMissed = 1
+	// The missed ticks together put one task (its id names the first missed tick), then the
+	// schedule continues with its next tick that is not missed.
+	ScheduleMissed_SCHEDULE_MISSED_RUN_ONCE ScheduleMissed = 2
+)
+
+// Enum value maps for ScheduleMissed.
+var (
+	ScheduleMissed_name = map[int32]string{
+		0: "SCHEDULE_MISSED_UNSPECIFIED",
+		1: "SCHEDULE_MISSED_SKIP",
+		2: "SCHEDULE_MISSED_RUN_ONCE",
+	}
+	ScheduleMissed_value = map[string]int32{
+		"SCHEDULE_MISSED_UNSPECIFIED": 0,
+		"SCHEDULE_MISSED_SKIP":        1,
+		"SCHEDULE_MISSED_RUN_ONCE":    2,
+	}
+)
+
+func (x ScheduleMissed) Enum() *ScheduleMissed {
+	p := new(ScheduleMissed)
+	*p = x
+	return p
+}
+
+func (x ScheduleMissed) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleMissed) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordkit_taskpick_v1_taskpick_proto_enumTypes[3].Descriptor()
+}
+
+func (ScheduleMissed) Type() protoreflect.EnumType {
+	return &file_coordkit_taskpick_v1_taskpick_proto_enumTypes[3]
+}
+
+func (x ScheduleMissed) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleMissed.Descriptor instead.
+func (ScheduleMissed) EnumDescriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{3}
+}
+
 // NewTask is a task to put.
 type NewTask struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2952,6 +3009,909 @@ func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
 	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{38}
 }
 
+// ScheduleTemplate is the task a schedule puts on every tick. Its id is derived:
+// "<schedule name>@<tick as RFC 3339 UTC>", such as "nightly@2026-01-02T03:00:00Z".
+type ScheduleTemplate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque to the service; at most 256 KiB.
+	Payload []byte `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The task's priority.
+	Priority int32 `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	// The task's max_attempts; 0 means the service's default (25), at most 1000.
+	MaxAttempts   uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleTemplate) Reset() {
+	*x = ScheduleTemplate{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleTemplate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleTemplate) ProtoMessage() {}
+
+func (x *ScheduleTemplate) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleTemplate.ProtoReflect.Descriptor instead.
+func (*ScheduleTemplate) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ScheduleTemplate) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *ScheduleTemplate) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *ScheduleTemplate) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+// Schedule is a stored schedule.
+type Schedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pool its tasks go to.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Its name, unique within the pool.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The cron spec as put.
+	Spec string `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The IANA time zone the spec is read in; "UTC" when put empty.
+	Timezone string `protobuf:"bytes,4,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	// The task each tick puts.
+	Template *ScheduleTemplate `protobuf:"bytes,5,opt,name=template,proto3" json:"template,omitempty"`
+	// What missed ticks do.
+	Missed ScheduleMissed `protobuf:"varint,6,opt,name=missed,proto3,enum=coordkit.taskpick.v1.ScheduleMissed" json:"missed,omitempty"`
+	// True while paused.
+	Paused bool `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The next tick that will fire; unset while paused.
+	NextFire *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=next_fire,json=nextFire,proto3" json:"next_fire,omitempty"`
+	// The last tick that fired (put a task, or was skipped as missed); unset before the first.
+	LastFire      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_fire,json=lastFire,proto3" json:"last_fire,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Schedule) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *Schedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Schedule) GetSpec() string {
+	if x != nil {
+		return x.Spec
+	}
+	return ""
+}
+
+func (x *Schedule) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *Schedule) GetTemplate() *ScheduleTemplate {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *Schedule) GetMissed() ScheduleMissed {
+	if x != nil {
+		return x.Missed
+	}
+	return ScheduleMissed_SCHEDULE_MISSED_UNSPECIFIED
+}
+
+func (x *Schedule) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Schedule) GetNextFire() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextFire
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastFire() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastFire
+	}
+	return nil
+}
+
+// PutScheduleRequest creates or replaces a schedule.
+type PutScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool its tasks go to: 1 to 512 bytes of UTF-8 without NUL.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The schedule's name: 1 to 256 bytes of UTF-8 without NUL.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// When it fires: a cron expression of 5 fields (minute hour day-of-month month
+	// day-of-week) or 6 (a leading seconds field), a descriptor (@hourly, @daily, @weekly,
+	// @monthly, @yearly), or an interval "@every <duration>" of at least 1s, such as
+	// "@every 30s". A spec with no tick in the next five years (such as "0 0 30 2 *") is
+	// invalid_argument. At most 256 bytes.
+	Spec string `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The IANA time zone of the spec, such as "Europe/Berlin" (at most 64 bytes); empty means
+	// UTC. "Local" is invalid: it would differ between instances.
+	Timezone string `protobuf:"bytes,5,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	// The task each tick puts.
+	Template *ScheduleTemplate `protobuf:"bytes,6,opt,name=template,proto3" json:"template,omitempty"`
+	// What ticks missed during an outage do; unset means SCHEDULE_MISSED_SKIP.
+	Missed        ScheduleMissed `protobuf:"varint,7,opt,name=missed,proto3,enum=coordkit.taskpick.v1.ScheduleMissed" json:"missed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutScheduleRequest) Reset() {
+	*x = PutScheduleRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutScheduleRequest) ProtoMessage() {}
+
+func (x *PutScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutScheduleRequest.ProtoReflect.Descriptor instead.
+func (*PutScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PutScheduleRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *PutScheduleRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PutScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PutScheduleRequest) GetSpec() string {
+	if x != nil {
+		return x.Spec
+	}
+	return ""
+}
+
+func (x *PutScheduleRequest) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *PutScheduleRequest) GetTemplate() *ScheduleTemplate {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *PutScheduleRequest) GetMissed() ScheduleMissed {
+	if x != nil {
+		return x.Missed
+	}
+	return ScheduleMissed_SCHEDULE_MISSED_UNSPECIFIED
+}
+
+// PutScheduleResponse holds the stored schedule.
+type PutScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule as stored, with its next tick.
+	Schedule *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// True when the schedule was new, false when it replaced one.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutScheduleResponse) Reset() {
+	*x = PutScheduleResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutScheduleResponse) ProtoMessage() {}
+
+func (x *PutScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutScheduleResponse.ProtoReflect.Descriptor instead.
+func (*PutScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PutScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *PutScheduleResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// GetScheduleRequest names a schedule.
+type GetScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The schedule's name.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetScheduleRequest) Reset() {
+	*x = GetScheduleRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetScheduleRequest) ProtoMessage() {}
+
+func (x *GetScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetScheduleRequest.ProtoReflect.Descriptor instead.
+func (*GetScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GetScheduleRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *GetScheduleRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *GetScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetScheduleResponse holds a schedule.
+type GetScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetScheduleResponse) Reset() {
+	*x = GetScheduleResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetScheduleResponse) ProtoMessage() {}
+
+func (x *GetScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetScheduleResponse.ProtoReflect.Descriptor instead.
+func (*GetScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *GetScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// ListSchedulesRequest asks for a page of a pool's schedules.
+type ListSchedulesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// At most this many: 1 to 1000; 0 means 100.
+	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Only schedules whose names sort after this one (byte order): the last name of the
+	// previous page; empty starts at the first.
+	After         string `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListSchedulesRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *ListSchedulesRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ListSchedulesRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListSchedulesRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+// ListSchedulesResponse holds a page of schedules.
+type ListSchedulesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedules by name, in byte order.
+	Schedules []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	// The name to pass as after for the next page; empty when this page is the last.
+	NextAfter     string `protobuf:"bytes,2,opt,name=next_after,json=nextAfter,proto3" json:"next_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+func (x *ListSchedulesResponse) GetNextAfter() string {
+	if x != nil {
+		return x.NextAfter
+	}
+	return ""
+}
+
+// PauseScheduleRequest names a schedule.
+type PauseScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The schedule's name.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleRequest) Reset() {
+	*x = PauseScheduleRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleRequest) ProtoMessage() {}
+
+func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
+func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *PauseScheduleRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *PauseScheduleRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PauseScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// PauseScheduleResponse holds the schedule.
+type PauseScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule, paused.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleResponse) Reset() {
+	*x = PauseScheduleResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleResponse) ProtoMessage() {}
+
+func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
+func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *PauseScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// ResumeScheduleRequest names a schedule.
+type ResumeScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The schedule's name.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeScheduleRequest) Reset() {
+	*x = ResumeScheduleRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeScheduleRequest) ProtoMessage() {}
+
+func (x *ResumeScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeScheduleRequest.ProtoReflect.Descriptor instead.
+func (*ResumeScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ResumeScheduleRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *ResumeScheduleRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ResumeScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ResumeScheduleResponse holds the schedule.
+type ResumeScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule, running, with its next tick.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeScheduleResponse) Reset() {
+	*x = ResumeScheduleResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeScheduleResponse) ProtoMessage() {}
+
+func (x *ResumeScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeScheduleResponse.ProtoReflect.Descriptor instead.
+func (*ResumeScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ResumeScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// DeleteScheduleRequest names a schedule.
+type DeleteScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backend; empty means the default.
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The schedule's name.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleRequest) Reset() {
+	*x = DeleteScheduleRequest{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleRequest) ProtoMessage() {}
+
+func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *DeleteScheduleRequest) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *DeleteScheduleRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *DeleteScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteScheduleResponse is empty.
+type DeleteScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleResponse) Reset() {
+	*x = DeleteScheduleResponse{}
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleResponse) ProtoMessage() {}
+
+func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordkit_taskpick_v1_taskpick_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP(), []int{52}
+}
+
 var File_coordkit_taskpick_v1_taskpick_proto protoreflect.FileDescriptor
 
 const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
@@ -3148,7 +4108,64 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\"\x14\n" +
-	"\x12CancelTaskResponse*T\n" +
+	"\x12CancelTaskResponse\"k\n" +
+	"\x10ScheduleTemplate\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\"\xee\x02\n" +
+	"\bSchedule\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04spec\x18\x03 \x01(\tR\x04spec\x12\x1a\n" +
+	"\btimezone\x18\x04 \x01(\tR\btimezone\x12B\n" +
+	"\btemplate\x18\x05 \x01(\v2&.coordkit.taskpick.v1.ScheduleTemplateR\btemplate\x12<\n" +
+	"\x06missed\x18\x06 \x01(\x0e2$.coordkit.taskpick.v1.ScheduleMissedR\x06missed\x12\x16\n" +
+	"\x06paused\x18\a \x01(\bR\x06paused\x127\n" +
+	"\tnext_fire\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bnextFire\x127\n" +
+	"\tlast_fire\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\blastFire\"\x88\x02\n" +
+	"\x12PutScheduleRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
+	"\x04spec\x18\x04 \x01(\tR\x04spec\x12\x1a\n" +
+	"\btimezone\x18\x05 \x01(\tR\btimezone\x12B\n" +
+	"\btemplate\x18\x06 \x01(\v2&.coordkit.taskpick.v1.ScheduleTemplateR\btemplate\x12<\n" +
+	"\x06missed\x18\a \x01(\x0e2$.coordkit.taskpick.v1.ScheduleMissedR\x06missed\"k\n" +
+	"\x13PutScheduleResponse\x12:\n" +
+	"\bschedule\x18\x01 \x01(\v2\x1e.coordkit.taskpick.v1.ScheduleR\bschedule\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"V\n" +
+	"\x12GetScheduleRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"Q\n" +
+	"\x13GetScheduleResponse\x12:\n" +
+	"\bschedule\x18\x01 \x01(\v2\x1e.coordkit.taskpick.v1.ScheduleR\bschedule\"p\n" +
+	"\x14ListSchedulesRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x14\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\"t\n" +
+	"\x15ListSchedulesResponse\x12<\n" +
+	"\tschedules\x18\x01 \x03(\v2\x1e.coordkit.taskpick.v1.ScheduleR\tschedules\x12\x1d\n" +
+	"\n" +
+	"next_after\x18\x02 \x01(\tR\tnextAfter\"X\n" +
+	"\x14PauseScheduleRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"S\n" +
+	"\x15PauseScheduleResponse\x12:\n" +
+	"\bschedule\x18\x01 \x01(\v2\x1e.coordkit.taskpick.v1.ScheduleR\bschedule\"Y\n" +
+	"\x15ResumeScheduleRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"T\n" +
+	"\x16ResumeScheduleResponse\x12:\n" +
+	"\bschedule\x18\x01 \x01(\v2\x1e.coordkit.taskpick.v1.ScheduleR\bschedule\"Y\n" +
+	"\x15DeleteScheduleRequest\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\x18\n" +
+	"\x16DeleteScheduleResponse*T\n" +
 	"\x05Order\x12\x15\n" +
 	"\x11ORDER_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fORDER_RANDOM\x10\x01\x12\x0e\n" +
@@ -3169,8 +4186,11 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\x18UNIQUE_SCOPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13UNIQUE_SCOPE_QUEUED\x10\x01\x12\x17\n" +
 	"\x13UNIQUE_SCOPE_ACTIVE\x10\x02\x12\x17\n" +
-	"\x13UNIQUE_SCOPE_PERIOD\x10\x032\xdd\n" +
-	"\n" +
+	"\x13UNIQUE_SCOPE_PERIOD\x10\x03*i\n" +
+	"\x0eScheduleMissed\x12\x1f\n" +
+	"\x1bSCHEDULE_MISSED_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14SCHEDULE_MISSED_SKIP\x10\x01\x12\x1c\n" +
+	"\x18SCHEDULE_MISSED_RUN_ONCE\x10\x022\xdf\x0f\n" +
 	"\x0fTaskPickService\x12L\n" +
 	"\x03Put\x12 .coordkit.taskpick.v1.PutRequest\x1a!.coordkit.taskpick.v1.PutResponse\"\x00\x12O\n" +
 	"\x04Pick\x12!.coordkit.taskpick.v1.PickRequest\x1a\".coordkit.taskpick.v1.PickResponse\"\x00\x12L\n" +
@@ -3188,7 +4208,13 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"\n" +
 	"ResumePool\x12'.coordkit.taskpick.v1.ResumePoolRequest\x1a(.coordkit.taskpick.v1.ResumePoolResponse\"\x00\x12a\n" +
 	"\n" +
-	"CancelTask\x12'.coordkit.taskpick.v1.CancelTaskRequest\x1a(.coordkit.taskpick.v1.CancelTaskResponse\"\x00B\xe9\x01\n" +
+	"CancelTask\x12'.coordkit.taskpick.v1.CancelTaskRequest\x1a(.coordkit.taskpick.v1.CancelTaskResponse\"\x00\x12d\n" +
+	"\vPutSchedule\x12(.coordkit.taskpick.v1.PutScheduleRequest\x1a).coordkit.taskpick.v1.PutScheduleResponse\"\x00\x12d\n" +
+	"\vGetSchedule\x12(.coordkit.taskpick.v1.GetScheduleRequest\x1a).coordkit.taskpick.v1.GetScheduleResponse\"\x00\x12j\n" +
+	"\rListSchedules\x12*.coordkit.taskpick.v1.ListSchedulesRequest\x1a+.coordkit.taskpick.v1.ListSchedulesResponse\"\x00\x12j\n" +
+	"\rPauseSchedule\x12*.coordkit.taskpick.v1.PauseScheduleRequest\x1a+.coordkit.taskpick.v1.PauseScheduleResponse\"\x00\x12m\n" +
+	"\x0eResumeSchedule\x12+.coordkit.taskpick.v1.ResumeScheduleRequest\x1a,.coordkit.taskpick.v1.ResumeScheduleResponse\"\x00\x12m\n" +
+	"\x0eDeleteSchedule\x12+.coordkit.taskpick.v1.DeleteScheduleRequest\x1a,.coordkit.taskpick.v1.DeleteScheduleResponse\"\x00B\xe9\x01\n" +
 	"\x18com.coordkit.taskpick.v1B\rTaskpickProtoP\x01ZLgithub.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1;taskpickv1\xa2\x02\x03CTX\xaa\x02\x14Coordkit.Taskpick.V1\xca\x02\x14Coordkit\\Taskpick\\V1\xe2\x02 Coordkit\\Taskpick\\V1\\GPBMetadata\xea\x02\x16Coordkit::Taskpick::V1b\x06proto3"
 
 var (
@@ -3203,130 +4229,168 @@ func file_coordkit_taskpick_v1_taskpick_proto_rawDescGZIP() []byte {
 	return file_coordkit_taskpick_v1_taskpick_proto_rawDescData
 }
 
-var file_coordkit_taskpick_v1_taskpick_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coordkit_taskpick_v1_taskpick_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_coordkit_taskpick_v1_taskpick_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_coordkit_taskpick_v1_taskpick_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_coordkit_taskpick_v1_taskpick_proto_goTypes = []any{
 	(Order)(0),                      // 0: coordkit.taskpick.v1.Order
 	(State)(0),                      // 1: coordkit.taskpick.v1.State
 	(UniqueScope)(0),                // 2: coordkit.taskpick.v1.UniqueScope
-	(*NewTask)(nil),                 // 3: coordkit.taskpick.v1.NewTask
-	(*PutRequest)(nil),              // 4: coordkit.taskpick.v1.PutRequest
-	(*PutResponse)(nil),             // 5: coordkit.taskpick.v1.PutResponse
-	(*PickRequest)(nil),             // 6: coordkit.taskpick.v1.PickRequest
-	(*LeasedTask)(nil),              // 7: coordkit.taskpick.v1.LeasedTask
-	(*PickResponse)(nil),            // 8: coordkit.taskpick.v1.PickResponse
-	(*AckRequest)(nil),              // 9: coordkit.taskpick.v1.AckRequest
-	(*AckResponse)(nil),             // 10: coordkit.taskpick.v1.AckResponse
-	(*NackRequest)(nil),             // 11: coordkit.taskpick.v1.NackRequest
-	(*NackResponse)(nil),            // 12: coordkit.taskpick.v1.NackResponse
-	(*ExtendRequest)(nil),           // 13: coordkit.taskpick.v1.ExtendRequest
-	(*ExtendResponse)(nil),          // 14: coordkit.taskpick.v1.ExtendResponse
-	(*Task)(nil),                    // 15: coordkit.taskpick.v1.Task
-	(*GetRequest)(nil),              // 16: coordkit.taskpick.v1.GetRequest
-	(*GetResponse)(nil),             // 17: coordkit.taskpick.v1.GetResponse
-	(*StatsRequest)(nil),            // 18: coordkit.taskpick.v1.StatsRequest
-	(*StatsResponse)(nil),           // 19: coordkit.taskpick.v1.StatsResponse
-	(*ListDeadRequest)(nil),         // 20: coordkit.taskpick.v1.ListDeadRequest
-	(*ListDeadResponse)(nil),        // 21: coordkit.taskpick.v1.ListDeadResponse
-	(*RequeueRequest)(nil),          // 22: coordkit.taskpick.v1.RequeueRequest
-	(*RequeueResponse)(nil),         // 23: coordkit.taskpick.v1.RequeueResponse
-	(*BatchRequest)(nil),            // 24: coordkit.taskpick.v1.BatchRequest
-	(*BatchOperation)(nil),          // 25: coordkit.taskpick.v1.BatchOperation
-	(*BatchResponse)(nil),           // 26: coordkit.taskpick.v1.BatchResponse
-	(*BatchResult)(nil),             // 27: coordkit.taskpick.v1.BatchResult
-	(*BatchError)(nil),              // 28: coordkit.taskpick.v1.BatchError
-	(*AvailableEvent)(nil),          // 29: coordkit.taskpick.v1.AvailableEvent
-	(*RetryPolicy)(nil),             // 30: coordkit.taskpick.v1.RetryPolicy
-	(*PoolSettings)(nil),            // 31: coordkit.taskpick.v1.PoolSettings
-	(*SetPoolSettingsRequest)(nil),  // 32: coordkit.taskpick.v1.SetPoolSettingsRequest
-	(*SetPoolSettingsResponse)(nil), // 33: coordkit.taskpick.v1.SetPoolSettingsResponse
-	(*GetPoolSettingsRequest)(nil),  // 34: coordkit.taskpick.v1.GetPoolSettingsRequest
-	(*GetPoolSettingsResponse)(nil), // 35: coordkit.taskpick.v1.GetPoolSettingsResponse
-	(*PausePoolRequest)(nil),        // 36: coordkit.taskpick.v1.PausePoolRequest
-	(*PausePoolResponse)(nil),       // 37: coordkit.taskpick.v1.PausePoolResponse
-	(*ResumePoolRequest)(nil),       // 38: coordkit.taskpick.v1.ResumePoolRequest
-	(*ResumePoolResponse)(nil),      // 39: coordkit.taskpick.v1.ResumePoolResponse
-	(*CancelTaskRequest)(nil),       // 40: coordkit.taskpick.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),      // 41: coordkit.taskpick.v1.CancelTaskResponse
-	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 43: google.protobuf.Duration
+	(ScheduleMissed)(0),             // 3: coordkit.taskpick.v1.ScheduleMissed
+	(*NewTask)(nil),                 // 4: coordkit.taskpick.v1.NewTask
+	(*PutRequest)(nil),              // 5: coordkit.taskpick.v1.PutRequest
+	(*PutResponse)(nil),             // 6: coordkit.taskpick.v1.PutResponse
+	(*PickRequest)(nil),             // 7: coordkit.taskpick.v1.PickRequest
+	(*LeasedTask)(nil),              // 8: coordkit.taskpick.v1.LeasedTask
+	(*PickResponse)(nil),            // 9: coordkit.taskpick.v1.PickResponse
+	(*AckRequest)(nil),              // 10: coordkit.taskpick.v1.AckRequest
+	(*AckResponse)(nil),             // 11: coordkit.taskpick.v1.AckResponse
+	(*NackRequest)(nil),             // 12: coordkit.taskpick.v1.NackRequest
+	(*NackResponse)(nil),            // 13: coordkit.taskpick.v1.NackResponse
+	(*ExtendRequest)(nil),           // 14: coordkit.taskpick.v1.ExtendRequest
+	(*ExtendResponse)(nil),          // 15: coordkit.taskpick.v1.ExtendResponse
+	(*Task)(nil),                    // 16: coordkit.taskpick.v1.Task
+	(*GetRequest)(nil),              // 17: coordkit.taskpick.v1.GetRequest
+	(*GetResponse)(nil),             // 18: coordkit.taskpick.v1.GetResponse
+	(*StatsRequest)(nil),            // 19: coordkit.taskpick.v1.StatsRequest
+	(*StatsResponse)(nil),           // 20: coordkit.taskpick.v1.StatsResponse
+	(*ListDeadRequest)(nil),         // 21: coordkit.taskpick.v1.ListDeadRequest
+	(*ListDeadResponse)(nil),        // 22: coordkit.taskpick.v1.ListDeadResponse
+	(*RequeueRequest)(nil),          // 23: coordkit.taskpick.v1.RequeueRequest
+	(*RequeueResponse)(nil),         // 24: coordkit.taskpick.v1.RequeueResponse
+	(*BatchRequest)(nil),            // 25: coordkit.taskpick.v1.BatchRequest
+	(*BatchOperation)(nil),          // 26: coordkit.taskpick.v1.BatchOperation
+	(*BatchResponse)(nil),           // 27: coordkit.taskpick.v1.BatchResponse
+	(*BatchResult)(nil),             // 28: coordkit.taskpick.v1.BatchResult
+	(*BatchError)(nil),              // 29: coordkit.taskpick.v1.BatchError
+	(*AvailableEvent)(nil),          // 30: coordkit.taskpick.v1.AvailableEvent
+	(*RetryPolicy)(nil),             // 31: coordkit.taskpick.v1.RetryPolicy
+	(*PoolSettings)(nil),            // 32: coordkit.taskpick.v1.PoolSettings
+	(*SetPoolSettingsRequest)(nil),  // 33: coordkit.taskpick.v1.SetPoolSettingsRequest
+	(*SetPoolSettingsResponse)(nil), // 34: coordkit.taskpick.v1.SetPoolSettingsResponse
+	(*GetPoolSettingsRequest)(nil),  // 35: coordkit.taskpick.v1.GetPoolSettingsRequest
+	(*GetPoolSettingsResponse)(nil), // 36: coordkit.taskpick.v1.GetPoolSettingsResponse
+	(*PausePoolRequest)(nil),        // 37: coordkit.taskpick.v1.PausePoolRequest
+	(*PausePoolResponse)(nil),       // 38: coordkit.taskpick.v1.PausePoolResponse
+	(*ResumePoolRequest)(nil),       // 39: coordkit.taskpick.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),      // 40: coordkit.taskpick.v1.ResumePoolResponse
+	(*CancelTaskRequest)(nil),       // 41: coordkit.taskpick.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),      // 42: coordkit.taskpick.v1.CancelTaskResponse
+	(*ScheduleTemplate)(nil),        // 43: coordkit.taskpick.v1.ScheduleTemplate
+	(*Schedule)(nil),                // 44: coordkit.taskpick.v1.Schedule
+	(*PutScheduleRequest)(nil),      // 45: coordkit.taskpick.v1.PutScheduleRequest
+	(*PutScheduleResponse)(nil),     // 46: coordkit.taskpick.v1.PutScheduleResponse
+	(*GetScheduleRequest)(nil),      // 47: coordkit.taskpick.v1.GetScheduleRequest
+	(*GetScheduleResponse)(nil),     // 48: coordkit.taskpick.v1.GetScheduleResponse
+	(*ListSchedulesRequest)(nil),    // 49: coordkit.taskpick.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),   // 50: coordkit.taskpick.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),    // 51: coordkit.taskpick.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),   // 52: coordkit.taskpick.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),   // 53: coordkit.taskpick.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),  // 54: coordkit.taskpick.v1.ResumeScheduleResponse
+	(*DeleteScheduleRequest)(nil),   // 55: coordkit.taskpick.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),  // 56: coordkit.taskpick.v1.DeleteScheduleResponse
+	(*timestamppb.Timestamp)(nil),   // 57: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 58: google.protobuf.Duration
 }
 var file_coordkit_taskpick_v1_taskpick_proto_depIdxs = []int32{
-	42, // 0: coordkit.taskpick.v1.NewTask.run_at:type_name -> google.protobuf.Timestamp
+	57, // 0: coordkit.taskpick.v1.NewTask.run_at:type_name -> google.protobuf.Timestamp
 	2,  // 1: coordkit.taskpick.v1.NewTask.unique_scope:type_name -> coordkit.taskpick.v1.UniqueScope
-	43, // 2: coordkit.taskpick.v1.NewTask.unique_period:type_name -> google.protobuf.Duration
-	3,  // 3: coordkit.taskpick.v1.PutRequest.tasks:type_name -> coordkit.taskpick.v1.NewTask
+	58, // 2: coordkit.taskpick.v1.NewTask.unique_period:type_name -> google.protobuf.Duration
+	4,  // 3: coordkit.taskpick.v1.PutRequest.tasks:type_name -> coordkit.taskpick.v1.NewTask
 	1,  // 4: coordkit.taskpick.v1.PutResponse.existing_state:type_name -> coordkit.taskpick.v1.State
-	43, // 5: coordkit.taskpick.v1.PickRequest.ttl:type_name -> google.protobuf.Duration
+	58, // 5: coordkit.taskpick.v1.PickRequest.ttl:type_name -> google.protobuf.Duration
 	0,  // 6: coordkit.taskpick.v1.PickRequest.order:type_name -> coordkit.taskpick.v1.Order
-	43, // 7: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
-	42, // 8: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
-	43, // 9: coordkit.taskpick.v1.LeasedTask.expires_after:type_name -> google.protobuf.Duration
-	7,  // 10: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
-	43, // 11: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
-	43, // 12: coordkit.taskpick.v1.NackRequest.default_retry_after:type_name -> google.protobuf.Duration
-	43, // 13: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
-	42, // 14: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
-	43, // 15: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
+	58, // 7: coordkit.taskpick.v1.PickRequest.wait:type_name -> google.protobuf.Duration
+	57, // 8: coordkit.taskpick.v1.LeasedTask.expires_at:type_name -> google.protobuf.Timestamp
+	58, // 9: coordkit.taskpick.v1.LeasedTask.expires_after:type_name -> google.protobuf.Duration
+	8,  // 10: coordkit.taskpick.v1.PickResponse.tasks:type_name -> coordkit.taskpick.v1.LeasedTask
+	58, // 11: coordkit.taskpick.v1.NackRequest.retry_after:type_name -> google.protobuf.Duration
+	58, // 12: coordkit.taskpick.v1.NackRequest.default_retry_after:type_name -> google.protobuf.Duration
+	58, // 13: coordkit.taskpick.v1.ExtendRequest.ttl:type_name -> google.protobuf.Duration
+	57, // 14: coordkit.taskpick.v1.ExtendResponse.expires_at:type_name -> google.protobuf.Timestamp
+	58, // 15: coordkit.taskpick.v1.ExtendResponse.expires_after:type_name -> google.protobuf.Duration
 	1,  // 16: coordkit.taskpick.v1.Task.state:type_name -> coordkit.taskpick.v1.State
-	42, // 17: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	15, // 18: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
-	43, // 19: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
-	15, // 20: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
-	25, // 21: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
-	4,  // 22: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
-	9,  // 23: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
-	11, // 24: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
-	13, // 25: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
-	16, // 26: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
-	27, // 27: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
-	5,  // 28: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
-	10, // 29: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
-	12, // 30: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
-	14, // 31: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
-	17, // 32: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
-	28, // 33: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
-	43, // 34: coordkit.taskpick.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	43, // 35: coordkit.taskpick.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	30, // 36: coordkit.taskpick.v1.PoolSettings.retry:type_name -> coordkit.taskpick.v1.RetryPolicy
-	31, // 37: coordkit.taskpick.v1.SetPoolSettingsRequest.settings:type_name -> coordkit.taskpick.v1.PoolSettings
-	31, // 38: coordkit.taskpick.v1.SetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
-	31, // 39: coordkit.taskpick.v1.GetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
-	4,  // 40: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
-	6,  // 41: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
-	9,  // 42: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
-	11, // 43: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
-	13, // 44: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
-	16, // 45: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
-	18, // 46: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
-	20, // 47: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
-	22, // 48: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
-	24, // 49: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
-	32, // 50: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:input_type -> coordkit.taskpick.v1.SetPoolSettingsRequest
-	34, // 51: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:input_type -> coordkit.taskpick.v1.GetPoolSettingsRequest
-	36, // 52: coordkit.taskpick.v1.TaskPickService.PausePool:input_type -> coordkit.taskpick.v1.PausePoolRequest
-	38, // 53: coordkit.taskpick.v1.TaskPickService.ResumePool:input_type -> coordkit.taskpick.v1.ResumePoolRequest
-	40, // 54: coordkit.taskpick.v1.TaskPickService.CancelTask:input_type -> coordkit.taskpick.v1.CancelTaskRequest
-	5,  // 55: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
-	8,  // 56: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
-	10, // 57: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
-	12, // 58: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
-	14, // 59: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
-	17, // 60: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
-	19, // 61: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
-	21, // 62: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
-	23, // 63: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
-	26, // 64: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
-	33, // 65: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:output_type -> coordkit.taskpick.v1.SetPoolSettingsResponse
-	35, // 66: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:output_type -> coordkit.taskpick.v1.GetPoolSettingsResponse
-	37, // 67: coordkit.taskpick.v1.TaskPickService.PausePool:output_type -> coordkit.taskpick.v1.PausePoolResponse
-	39, // 68: coordkit.taskpick.v1.TaskPickService.ResumePool:output_type -> coordkit.taskpick.v1.ResumePoolResponse
-	41, // 69: coordkit.taskpick.v1.TaskPickService.CancelTask:output_type -> coordkit.taskpick.v1.CancelTaskResponse
-	55, // [55:70] is the sub-list for method output_type
-	40, // [40:55] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	57, // 17: coordkit.taskpick.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	16, // 18: coordkit.taskpick.v1.GetResponse.task:type_name -> coordkit.taskpick.v1.Task
+	58, // 19: coordkit.taskpick.v1.StatsResponse.oldest_available_age:type_name -> google.protobuf.Duration
+	16, // 20: coordkit.taskpick.v1.ListDeadResponse.tasks:type_name -> coordkit.taskpick.v1.Task
+	26, // 21: coordkit.taskpick.v1.BatchRequest.operations:type_name -> coordkit.taskpick.v1.BatchOperation
+	5,  // 22: coordkit.taskpick.v1.BatchOperation.put:type_name -> coordkit.taskpick.v1.PutRequest
+	10, // 23: coordkit.taskpick.v1.BatchOperation.ack:type_name -> coordkit.taskpick.v1.AckRequest
+	12, // 24: coordkit.taskpick.v1.BatchOperation.nack:type_name -> coordkit.taskpick.v1.NackRequest
+	14, // 25: coordkit.taskpick.v1.BatchOperation.extend:type_name -> coordkit.taskpick.v1.ExtendRequest
+	17, // 26: coordkit.taskpick.v1.BatchOperation.get:type_name -> coordkit.taskpick.v1.GetRequest
+	28, // 27: coordkit.taskpick.v1.BatchResponse.results:type_name -> coordkit.taskpick.v1.BatchResult
+	6,  // 28: coordkit.taskpick.v1.BatchResult.put:type_name -> coordkit.taskpick.v1.PutResponse
+	11, // 29: coordkit.taskpick.v1.BatchResult.ack:type_name -> coordkit.taskpick.v1.AckResponse
+	13, // 30: coordkit.taskpick.v1.BatchResult.nack:type_name -> coordkit.taskpick.v1.NackResponse
+	15, // 31: coordkit.taskpick.v1.BatchResult.extend:type_name -> coordkit.taskpick.v1.ExtendResponse
+	18, // 32: coordkit.taskpick.v1.BatchResult.get:type_name -> coordkit.taskpick.v1.GetResponse
+	29, // 33: coordkit.taskpick.v1.BatchResult.error:type_name -> coordkit.taskpick.v1.BatchError
+	58, // 34: coordkit.taskpick.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	58, // 35: coordkit.taskpick.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	31, // 36: coordkit.taskpick.v1.PoolSettings.retry:type_name -> coordkit.taskpick.v1.RetryPolicy
+	32, // 37: coordkit.taskpick.v1.SetPoolSettingsRequest.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	32, // 38: coordkit.taskpick.v1.SetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	32, // 39: coordkit.taskpick.v1.GetPoolSettingsResponse.settings:type_name -> coordkit.taskpick.v1.PoolSettings
+	43, // 40: coordkit.taskpick.v1.Schedule.template:type_name -> coordkit.taskpick.v1.ScheduleTemplate
+	3,  // 41: coordkit.taskpick.v1.Schedule.missed:type_name -> coordkit.taskpick.v1.ScheduleMissed
+	57, // 42: coordkit.taskpick.v1.Schedule.next_fire:type_name -> google.protobuf.Timestamp
+	57, // 43: coordkit.taskpick.v1.Schedule.last_fire:type_name -> google.protobuf.Timestamp
+	43, // 44: coordkit.taskpick.v1.PutScheduleRequest.template:type_name -> coordkit.taskpick.v1.ScheduleTemplate
+	3,  // 45: coordkit.taskpick.v1.PutScheduleRequest.missed:type_name -> coordkit.taskpick.v1.ScheduleMissed
+	44, // 46: coordkit.taskpick.v1.PutScheduleResponse.schedule:type_name -> coordkit.taskpick.v1.Schedule
+	44, // 47: coordkit.taskpick.v1.GetScheduleResponse.schedule:type_name -> coordkit.taskpick.v1.Schedule
+	44, // 48: coordkit.taskpick.v1.ListSchedulesResponse.schedules:type_name -> coordkit.taskpick.v1.Schedule
+	44, // 49: coordkit.taskpick.v1.PauseScheduleResponse.schedule:type_name -> coordkit.taskpick.v1.Schedule
+	44, // 50: coordkit.taskpick.v1.ResumeScheduleResponse.schedule:type_name -> coordkit.taskpick.v1.Schedule
+	5,  // 51: coordkit.taskpick.v1.TaskPickService.Put:input_type -> coordkit.taskpick.v1.PutRequest
+	7,  // 52: coordkit.taskpick.v1.TaskPickService.Pick:input_type -> coordkit.taskpick.v1.PickRequest
+	10, // 53: coordkit.taskpick.v1.TaskPickService.Ack:input_type -> coordkit.taskpick.v1.AckRequest
+	12, // 54: coordkit.taskpick.v1.TaskPickService.Nack:input_type -> coordkit.taskpick.v1.NackRequest
+	14, // 55: coordkit.taskpick.v1.TaskPickService.Extend:input_type -> coordkit.taskpick.v1.ExtendRequest
+	17, // 56: coordkit.taskpick.v1.TaskPickService.Get:input_type -> coordkit.taskpick.v1.GetRequest
+	19, // 57: coordkit.taskpick.v1.TaskPickService.Stats:input_type -> coordkit.taskpick.v1.StatsRequest
+	21, // 58: coordkit.taskpick.v1.TaskPickService.ListDead:input_type -> coordkit.taskpick.v1.ListDeadRequest
+	23, // 59: coordkit.taskpick.v1.TaskPickService.Requeue:input_type -> coordkit.taskpick.v1.RequeueRequest
+	25, // 60: coordkit.taskpick.v1.TaskPickService.Batch:input_type -> coordkit.taskpick.v1.BatchRequest
+	33, // 61: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:input_type -> coordkit.taskpick.v1.SetPoolSettingsRequest
+	35, // 62: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:input_type -> coordkit.taskpick.v1.GetPoolSettingsRequest
+	37, // 63: coordkit.taskpick.v1.TaskPickService.PausePool:input_type -> coordkit.taskpick.v1.PausePoolRequest
+	39, // 64: coordkit.taskpick.v1.TaskPickService.ResumePool:input_type -> coordkit.taskpick.v1.ResumePoolRequest
+	41, // 65: coordkit.taskpick.v1.TaskPickService.CancelTask:input_type -> coordkit.taskpick.v1.CancelTaskRequest
+	45, // 66: coordkit.taskpick.v1.TaskPickService.PutSchedule:input_type -> coordkit.taskpick.v1.PutScheduleRequest
+	47, // 67: coordkit.taskpick.v1.TaskPickService.GetSchedule:input_type -> coordkit.taskpick.v1.GetScheduleRequest
+	49, // 68: coordkit.taskpick.v1.TaskPickService.ListSchedules:input_type -> coordkit.taskpick.v1.ListSchedulesRequest
+	51, // 69: coordkit.taskpick.v1.TaskPickService.PauseSchedule:input_type -> coordkit.taskpick.v1.PauseScheduleRequest
+	53, // 70: coordkit.taskpick.v1.TaskPickService.ResumeSchedule:input_type -> coordkit.taskpick.v1.ResumeScheduleRequest
+	55, // 71: coordkit.taskpick.v1.TaskPickService.DeleteSchedule:input_type -> coordkit.taskpick.v1.DeleteScheduleRequest
+	6,  // 72: coordkit.taskpick.v1.TaskPickService.Put:output_type -> coordkit.taskpick.v1.PutResponse
+	9,  // 73: coordkit.taskpick.v1.TaskPickService.Pick:output_type -> coordkit.taskpick.v1.PickResponse
+	11, // 74: coordkit.taskpick.v1.TaskPickService.Ack:output_type -> coordkit.taskpick.v1.AckResponse
+	13, // 75: coordkit.taskpick.v1.TaskPickService.Nack:output_type -> coordkit.taskpick.v1.NackResponse
+	15, // 76: coordkit.taskpick.v1.TaskPickService.Extend:output_type -> coordkit.taskpick.v1.ExtendResponse
+	18, // 77: coordkit.taskpick.v1.TaskPickService.Get:output_type -> coordkit.taskpick.v1.GetResponse
+	20, // 78: coordkit.taskpick.v1.TaskPickService.Stats:output_type -> coordkit.taskpick.v1.StatsResponse
+	22, // 79: coordkit.taskpick.v1.TaskPickService.ListDead:output_type -> coordkit.taskpick.v1.ListDeadResponse
+	24, // 80: coordkit.taskpick.v1.TaskPickService.Requeue:output_type -> coordkit.taskpick.v1.RequeueResponse
+	27, // 81: coordkit.taskpick.v1.TaskPickService.Batch:output_type -> coordkit.taskpick.v1.BatchResponse
+	34, // 82: coordkit.taskpick.v1.TaskPickService.SetPoolSettings:output_type -> coordkit.taskpick.v1.SetPoolSettingsResponse
+	36, // 83: coordkit.taskpick.v1.TaskPickService.GetPoolSettings:output_type -> coordkit.taskpick.v1.GetPoolSettingsResponse
+	38, // 84: coordkit.taskpick.v1.TaskPickService.PausePool:output_type -> coordkit.taskpick.v1.PausePoolResponse
+	40, // 85: coordkit.taskpick.v1.TaskPickService.ResumePool:output_type -> coordkit.taskpick.v1.ResumePoolResponse
+	42, // 86: coordkit.taskpick.v1.TaskPickService.CancelTask:output_type -> coordkit.taskpick.v1.CancelTaskResponse
+	46, // 87: coordkit.taskpick.v1.TaskPickService.PutSchedule:output_type -> coordkit.taskpick.v1.PutScheduleResponse
+	48, // 88: coordkit.taskpick.v1.TaskPickService.GetSchedule:output_type -> coordkit.taskpick.v1.GetScheduleResponse
+	50, // 89: coordkit.taskpick.v1.TaskPickService.ListSchedules:output_type -> coordkit.taskpick.v1.ListSchedulesResponse
+	52, // 90: coordkit.taskpick.v1.TaskPickService.PauseSchedule:output_type -> coordkit.taskpick.v1.PauseScheduleResponse
+	54, // 91: coordkit.taskpick.v1.TaskPickService.ResumeSchedule:output_type -> coordkit.taskpick.v1.ResumeScheduleResponse
+	56, // 92: coordkit.taskpick.v1.TaskPickService.DeleteSchedule:output_type -> coordkit.taskpick.v1.DeleteScheduleResponse
+	72, // [72:93] is the sub-list for method output_type
+	51, // [51:72] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_coordkit_taskpick_v1_taskpick_proto_init() }
@@ -3354,8 +4418,8 @@ func file_coordkit_taskpick_v1_taskpick_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordkit_taskpick_v1_taskpick_proto_rawDesc), len(file_coordkit_taskpick_v1_taskpick_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   39,
+			NumEnums:      4,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -71,6 +71,24 @@ const (
 	// TaskPickServiceCancelTaskProcedure is the fully-qualified name of the TaskPickService's
 	// CancelTask RPC.
 	TaskPickServiceCancelTaskProcedure = "/coordkit.taskpick.v1.TaskPickService/CancelTask"
+	// TaskPickServicePutScheduleProcedure is the fully-qualified name of the TaskPickService's
+	// PutSchedule RPC.
+	TaskPickServicePutScheduleProcedure = "/coordkit.taskpick.v1.TaskPickService/PutSchedule"
+	// TaskPickServiceGetScheduleProcedure is the fully-qualified name of the TaskPickService's
+	// GetSchedule RPC.
+	TaskPickServiceGetScheduleProcedure = "/coordkit.taskpick.v1.TaskPickService/GetSchedule"
+	// TaskPickServiceListSchedulesProcedure is the fully-qualified name of the TaskPickService's
+	// ListSchedules RPC.
+	TaskPickServiceListSchedulesProcedure = "/coordkit.taskpick.v1.TaskPickService/ListSchedules"
+	// TaskPickServicePauseScheduleProcedure is the fully-qualified name of the TaskPickService's
+	// PauseSchedule RPC.
+	TaskPickServicePauseScheduleProcedure = "/coordkit.taskpick.v1.TaskPickService/PauseSchedule"
+	// TaskPickServiceResumeScheduleProcedure is the fully-qualified name of the TaskPickService's
+	// ResumeSchedule RPC.
+	TaskPickServiceResumeScheduleProcedure = "/coordkit.taskpick.v1.TaskPickService/ResumeSchedule"
+	// TaskPickServiceDeleteScheduleProcedure is the fully-qualified name of the TaskPickService's
+	// DeleteSchedule RPC.
+	TaskPickServiceDeleteScheduleProcedure = "/coordkit.taskpick.v1.TaskPickService/DeleteSchedule"
 )
 
 // TaskPickServiceClient is a client for the coordkit.taskpick.v1.TaskPickService service.
@@ -143,6 +161,27 @@ type TaskPickServiceClient interface {
 	// one that does not exist (never put, or purged) is not_found. A leased task cannot be
 	// cancelled (its worker would not know): failed_precondition, as for a dead or done task.
 	CancelTask(context.Context, *v1.CancelTaskRequest) (*v1.CancelTaskResponse, error)
+	// PutSchedule creates or replaces a durable schedule: a cron spec whose every tick puts
+	// one task (from the schedule's template) into the schedule's pool. Schedules are stored
+	// in the backend, and every instance of the service fires due ones; each tick fires at
+	// most once across all instances and restarts (the fire is one atomic step in the
+	// backend, and its task's id is derived from the schedule and the tick). Replacing a
+	// schedule keeps its paused state and computes its next tick anew from now.
+	PutSchedule(context.Context, *v1.PutScheduleRequest) (*v1.PutScheduleResponse, error)
+	// GetSchedule reports one schedule; not_found when it does not exist.
+	GetSchedule(context.Context, *v1.GetScheduleRequest) (*v1.GetScheduleResponse, error)
+	// ListSchedules lists a pool's schedules by name, a page at a time.
+	ListSchedules(context.Context, *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error)
+	// PauseSchedule stops a schedule firing until ResumeSchedule; not_found when it does not
+	// exist. Pausing a paused schedule changes nothing.
+	PauseSchedule(context.Context, *v1.PauseScheduleRequest) (*v1.PauseScheduleResponse, error)
+	// ResumeSchedule lets a paused schedule fire again from its next tick after now: ticks
+	// that passed while it was paused are not fired. Resuming a running schedule changes
+	// nothing.
+	ResumeSchedule(context.Context, *v1.ResumeScheduleRequest) (*v1.ResumeScheduleResponse, error)
+	// DeleteSchedule removes a schedule; tasks it already put stay. not_found when it does not
+	// exist.
+	DeleteSchedule(context.Context, *v1.DeleteScheduleRequest) (*v1.DeleteScheduleResponse, error)
 }
 
 // NewTaskPickServiceClient constructs a client for the coordkit.taskpick.v1.TaskPickService
@@ -246,6 +285,42 @@ func NewTaskPickServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(taskPickServiceMethods.ByName("CancelTask")),
 			connect.WithClientOptions(opts...),
 		),
+		putSchedule: connect.NewClient[v1.PutScheduleRequest, v1.PutScheduleResponse](
+			httpClient,
+			baseURL+TaskPickServicePutScheduleProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("PutSchedule")),
+			connect.WithClientOptions(opts...),
+		),
+		getSchedule: connect.NewClient[v1.GetScheduleRequest, v1.GetScheduleResponse](
+			httpClient,
+			baseURL+TaskPickServiceGetScheduleProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("GetSchedule")),
+			connect.WithClientOptions(opts...),
+		),
+		listSchedules: connect.NewClient[v1.ListSchedulesRequest, v1.ListSchedulesResponse](
+			httpClient,
+			baseURL+TaskPickServiceListSchedulesProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("ListSchedules")),
+			connect.WithClientOptions(opts...),
+		),
+		pauseSchedule: connect.NewClient[v1.PauseScheduleRequest, v1.PauseScheduleResponse](
+			httpClient,
+			baseURL+TaskPickServicePauseScheduleProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("PauseSchedule")),
+			connect.WithClientOptions(opts...),
+		),
+		resumeSchedule: connect.NewClient[v1.ResumeScheduleRequest, v1.ResumeScheduleResponse](
+			httpClient,
+			baseURL+TaskPickServiceResumeScheduleProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("ResumeSchedule")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSchedule: connect.NewClient[v1.DeleteScheduleRequest, v1.DeleteScheduleResponse](
+			httpClient,
+			baseURL+TaskPickServiceDeleteScheduleProcedure,
+			connect.WithSchema(taskPickServiceMethods.ByName("DeleteSchedule")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -266,6 +341,12 @@ type taskPickServiceClient struct {
 	pausePool       *connect.Client[v1.PausePoolRequest, v1.PausePoolResponse]
 	resumePool      *connect.Client[v1.ResumePoolRequest, v1.ResumePoolResponse]
 	cancelTask      *connect.Client[v1.CancelTaskRequest, v1.CancelTaskResponse]
+	putSchedule     *connect.Client[v1.PutScheduleRequest, v1.PutScheduleResponse]
+	getSchedule     *connect.Client[v1.GetScheduleRequest, v1.GetScheduleResponse]
+	listSchedules   *connect.Client[v1.ListSchedulesRequest, v1.ListSchedulesResponse]
+	pauseSchedule   *connect.Client[v1.PauseScheduleRequest, v1.PauseScheduleResponse]
+	resumeSchedule  *connect.Client[v1.ResumeScheduleRequest, v1.ResumeScheduleResponse]
+	deleteSchedule  *connect.Client[v1.DeleteScheduleRequest, v1.DeleteScheduleResponse]
 }
 
 // Put calls coordkit.taskpick.v1.TaskPickService.Put.
@@ -403,6 +484,60 @@ func (c *taskPickServiceClient) CancelTask(ctx context.Context, req *v1.CancelTa
 	return nil, err
 }
 
+// PutSchedule calls coordkit.taskpick.v1.TaskPickService.PutSchedule.
+func (c *taskPickServiceClient) PutSchedule(ctx context.Context, req *v1.PutScheduleRequest) (*v1.PutScheduleResponse, error) {
+	response, err := c.putSchedule.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetSchedule calls coordkit.taskpick.v1.TaskPickService.GetSchedule.
+func (c *taskPickServiceClient) GetSchedule(ctx context.Context, req *v1.GetScheduleRequest) (*v1.GetScheduleResponse, error) {
+	response, err := c.getSchedule.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListSchedules calls coordkit.taskpick.v1.TaskPickService.ListSchedules.
+func (c *taskPickServiceClient) ListSchedules(ctx context.Context, req *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error) {
+	response, err := c.listSchedules.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// PauseSchedule calls coordkit.taskpick.v1.TaskPickService.PauseSchedule.
+func (c *taskPickServiceClient) PauseSchedule(ctx context.Context, req *v1.PauseScheduleRequest) (*v1.PauseScheduleResponse, error) {
+	response, err := c.pauseSchedule.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ResumeSchedule calls coordkit.taskpick.v1.TaskPickService.ResumeSchedule.
+func (c *taskPickServiceClient) ResumeSchedule(ctx context.Context, req *v1.ResumeScheduleRequest) (*v1.ResumeScheduleResponse, error) {
+	response, err := c.resumeSchedule.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// DeleteSchedule calls coordkit.taskpick.v1.TaskPickService.DeleteSchedule.
+func (c *taskPickServiceClient) DeleteSchedule(ctx context.Context, req *v1.DeleteScheduleRequest) (*v1.DeleteScheduleResponse, error) {
+	response, err := c.deleteSchedule.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // TaskPickServiceHandler is an implementation of the coordkit.taskpick.v1.TaskPickService service.
 type TaskPickServiceHandler interface {
 	// Put adds tasks to a pool. It is idempotent by (pool, id): a task whose id is already in
@@ -473,6 +608,27 @@ type TaskPickServiceHandler interface {
 	// one that does not exist (never put, or purged) is not_found. A leased task cannot be
 	// cancelled (its worker would not know): failed_precondition, as for a dead or done task.
 	CancelTask(context.Context, *v1.CancelTaskRequest) (*v1.CancelTaskResponse, error)
+	// PutSchedule creates or replaces a durable schedule: a cron spec whose every tick puts
+	// one task (from the schedule's template) into the schedule's pool. Schedules are stored
+	// in the backend, and every instance of the service fires due ones; each tick fires at
+	// most once across all instances and restarts (the fire is one atomic step in the
+	// backend, and its task's id is derived from the schedule and the tick). Replacing a
+	// schedule keeps its paused state and computes its next tick anew from now.
+	PutSchedule(context.Context, *v1.PutScheduleRequest) (*v1.PutScheduleResponse, error)
+	// GetSchedule reports one schedule; not_found when it does not exist.
+	GetSchedule(context.Context, *v1.GetScheduleRequest) (*v1.GetScheduleResponse, error)
+	// ListSchedules lists a pool's schedules by name, a page at a time.
+	ListSchedules(context.Context, *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error)
+	// PauseSchedule stops a schedule firing until ResumeSchedule; not_found when it does not
+	// exist. Pausing a paused schedule changes nothing.
+	PauseSchedule(context.Context, *v1.PauseScheduleRequest) (*v1.PauseScheduleResponse, error)
+	// ResumeSchedule lets a paused schedule fire again from its next tick after now: ticks
+	// that passed while it was paused are not fired. Resuming a running schedule changes
+	// nothing.
+	ResumeSchedule(context.Context, *v1.ResumeScheduleRequest) (*v1.ResumeScheduleResponse, error)
+	// DeleteSchedule removes a schedule; tasks it already put stay. not_found when it does not
+	// exist.
+	DeleteSchedule(context.Context, *v1.DeleteScheduleRequest) (*v1.DeleteScheduleResponse, error)
 }
 
 // NewTaskPickServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -572,6 +728,42 @@ func NewTaskPickServiceHandler(svc TaskPickServiceHandler, opts ...connect.Handl
 		connect.WithSchema(taskPickServiceMethods.ByName("CancelTask")),
 		connect.WithHandlerOptions(opts...),
 	)
+	taskPickServicePutScheduleHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServicePutScheduleProcedure,
+		svc.PutSchedule,
+		connect.WithSchema(taskPickServiceMethods.ByName("PutSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServiceGetScheduleHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceGetScheduleProcedure,
+		svc.GetSchedule,
+		connect.WithSchema(taskPickServiceMethods.ByName("GetSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServiceListSchedulesHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceListSchedulesProcedure,
+		svc.ListSchedules,
+		connect.WithSchema(taskPickServiceMethods.ByName("ListSchedules")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServicePauseScheduleHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServicePauseScheduleProcedure,
+		svc.PauseSchedule,
+		connect.WithSchema(taskPickServiceMethods.ByName("PauseSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServiceResumeScheduleHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceResumeScheduleProcedure,
+		svc.ResumeSchedule,
+		connect.WithSchema(taskPickServiceMethods.ByName("ResumeSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskPickServiceDeleteScheduleHandler := connect.NewUnaryHandlerSimple(
+		TaskPickServiceDeleteScheduleProcedure,
+		svc.DeleteSchedule,
+		connect.WithSchema(taskPickServiceMethods.ByName("DeleteSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/coordkit.taskpick.v1.TaskPickService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TaskPickServicePutProcedure:
@@ -604,6 +796,18 @@ func NewTaskPickServiceHandler(svc TaskPickServiceHandler, opts ...connect.Handl
 			taskPickServiceResumePoolHandler.ServeHTTP(w, r)
 		case TaskPickServiceCancelTaskProcedure:
 			taskPickServiceCancelTaskHandler.ServeHTTP(w, r)
+		case TaskPickServicePutScheduleProcedure:
+			taskPickServicePutScheduleHandler.ServeHTTP(w, r)
+		case TaskPickServiceGetScheduleProcedure:
+			taskPickServiceGetScheduleHandler.ServeHTTP(w, r)
+		case TaskPickServiceListSchedulesProcedure:
+			taskPickServiceListSchedulesHandler.ServeHTTP(w, r)
+		case TaskPickServicePauseScheduleProcedure:
+			taskPickServicePauseScheduleHandler.ServeHTTP(w, r)
+		case TaskPickServiceResumeScheduleProcedure:
+			taskPickServiceResumeScheduleHandler.ServeHTTP(w, r)
+		case TaskPickServiceDeleteScheduleProcedure:
+			taskPickServiceDeleteScheduleHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -671,4 +875,28 @@ func (UnimplementedTaskPickServiceHandler) ResumePool(context.Context, *v1.Resum
 
 func (UnimplementedTaskPickServiceHandler) CancelTask(context.Context, *v1.CancelTaskRequest) (*v1.CancelTaskResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.CancelTask is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) PutSchedule(context.Context, *v1.PutScheduleRequest) (*v1.PutScheduleResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.PutSchedule is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) GetSchedule(context.Context, *v1.GetScheduleRequest) (*v1.GetScheduleResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.GetSchedule is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) ListSchedules(context.Context, *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.ListSchedules is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) PauseSchedule(context.Context, *v1.PauseScheduleRequest) (*v1.PauseScheduleResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.PauseSchedule is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) ResumeSchedule(context.Context, *v1.ResumeScheduleRequest) (*v1.ResumeScheduleResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.ResumeSchedule is not implemented"))
+}
+
+func (UnimplementedTaskPickServiceHandler) DeleteSchedule(context.Context, *v1.DeleteScheduleRequest) (*v1.DeleteScheduleResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("coordkit.taskpick.v1.TaskPickService.DeleteSchedule is not implemented"))
 }
