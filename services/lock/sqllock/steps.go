@@ -1,0 +1,361 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coordkit/coordkit/services/lock"
+)
+
+// Batches as set statements. A batch's steps (lock.BatchBackend) run in a few transactions
+// instead of one each: their keys, sorted, are cut into chunks of up to stepChunk keys, and
+// each chunk is one transaction that reads every row of its keys with one locking read (in
+// key order, the order every transaction here locks several key rows in), decides every step
+// in Go with the single calls' own decisions (decide.go), and writes the rows that changed
+// back with one multi-row upsert. The steps on one key are decided in batch order, each on
+// the row the one before it left, so a batch means what its steps one after another would
+// mean. A key's placeholder row is created first, as the single path creates it: on its own
+// on MySQL (several keys in one INSERT IGNORE), inside the transaction elsewhere
+// (Dialect.InsertInTx). A key whose row the janitor deleted between that insert and the
+// locking read runs its steps through the single calls after the chunk, in order. Leases
+// taken over after they ran out are reported once the chunk commits, as a single attempt
+// reports them.
+
+// stepChunk caps the keys of one transaction: its statements stay far below every engine's
+// limit on parameters (8 per row written), and its row locks few enough to be held briefly.
+const stepChunk = 500
+
+var _ lock.BatchBackend = (*Backend)(nil)
+
+// keySteps are a batch's steps on one key, in batch order.
+type keySteps struct {
+	key      string
+	steps    []*lock.Step
+	acquires bool // some step is a TryAcquire: the key needs a row
+}
+
+// RunSteps implements lock.BatchBackend.
+func (b *Backend) RunSteps(ctx context.Context, steps []*lock.Step) {
+	start := time.Now() // before anything is sent: leases end no earlier than start + ttl
+	put, err := b.takeSlot(ctx)
+	if err != nil {
+		for _, st := range steps {
+			st.Err = err
+		}
+		return
+	}
+	defer put()
+	byKey := make(map[string]*keySteps)
+	var keys []*keySteps
+	for _, st := range steps {
+		if st.Kind < lock.StepTryAcquire || st.Kind > lock.StepInspect {
+			panic(fmt.Sprintf("sqllock: step of unknown kind %d", st.Kind))
+		}
+		ks := byKey[st.Key]
+		if ks == nil {
+			ks = &keySteps{key: st.Key}
+			byKey[st.Key] = ks
+			keys = append(keys, ks)
+		}
+		ks.steps = append(ks.steps, st)
+		ks.acquires = ks.acquires || st.Kind == lock.StepTryAcquire
+	}
+	slices.SortFunc(keys, func(x, y *keySteps) int { return strings.Compare(x.key, y.key) })
+	for chunk := range slices.Chunk(keys, stepChunk) {
+		b.runChunk(ctx, start, chunk)
+	}
+}
+
+// runChunk runs the steps on chunk's keys in one transaction (see above).
+func (b *Backend) runChunk(ctx context.Context, start time.Time, chunk []*keySteps) {
+	var c chunkRun
+	err := b.createRows(ctx, chunk)
+	if err == nil {
+		err = b.d.Retry(ctx, func() error {
+			c = chunkRun{start: start, keepFreeMs: b.o.keepFree.Milliseconds()}
+			return b.chunkTx(ctx, &c, chunk)
+		})
+	}
+	if err != nil {
+		err = lock.Unavailable(ctx, b.d.Name, err)
+		for _, ks := range chunk {
+			for _, st := range ks.steps {
+				clearResults(st)
+				st.Err = err
+			}
+		}
+		return
+	}
+	for _, e := range c.ended {
+		b.Report(e)
+	}
+	for _, ks := range c.alone {
+		for _, st := range ks.steps {
+			clearResults(st)
+			b.runStep(ctx, st)
+		}
+	}
+}
+
+// createRows creates the placeholder rows of chunk's keys that acquire, on their own, where
+// inserting inside the transaction could deadlock (see "Deadlocks" in the package doc).
+func (b *Backend) createRows(ctx context.Context, chunk []*keySteps) error {
+	if b.d.InsertInTx {
+		return nil
+	}
+	q, args := b.insertRowsSQL(chunk)
+	if q == "" {
+		return nil
+	}
+	return b.d.Retry(ctx, func() error {
+		_, err := b.db.ExecContext(ctx, q, args...)
+		return err
+	})
+}
+
+// insertRowsSQL is the insert of the placeholder rows of chunk's keys that acquire, in key
+// order, or "" when none does.
+func (b *Backend) insertRowsSQL(chunk []*keySteps) (string, []any) {
+	var q strings.Builder
+	var args []any
+	for _, ks := range chunk {
+		if !ks.acquires {
+			continue
+		}
+		if args == nil {
+			q.WriteString(b.d.InsertIgnore + " INTO " + leasesTable + " (scope, lock_key, expires_at) VALUES ")
+		} else {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, " + b.d.NowMillis + " + ?)")
+		args = append(args, b.scope, ks.key, b.placeholderMs())
+	}
+	if args == nil {
+		return "", nil
+	}
+	q.WriteString(b.d.OnConflictIgnore)
+	return q.String(), args
+}
+
+// chunkRun is what one try of a chunk's transaction decided beyond its steps' results.
+type chunkRun struct {
+	start      time.Time
+	keepFreeMs int64
+	ended      []lock.Expiry // leases taken over after they ran out, to report once committed
+	alone      []*keySteps   // keys without a row: their steps run through the single calls
+}
+
+// chunkTx is one try of a chunk's transaction: it sets every step's results, but for the
+// keys it leaves to the single calls (c.alone).
+func (b *Backend) chunkTx(ctx context.Context, c *chunkRun, chunk []*keySteps) error {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	if b.d.InsertInTx {
+		if q, args := b.insertRowsSQL(chunk); q != "" {
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return err
+			}
+		}
+	}
+	rows, err := b.lockRows(ctx, tx, chunk)
+	if err != nil {
+		return err
+	}
+	floors, err := b.lockFloors(ctx, tx, chunk, rows)
+	if err != nil {
+		return err
+	}
+	var changed []*keySteps
+	next := make(map[string]row, len(chunk))
+	for _, ks := range chunk {
+		r, found := rows[ks.key]
+		if !found && ks.acquires {
+			c.alone = append(c.alone, ks)
+			continue
+		}
+		floor, hasFloor := floors[bucketOf(ks.key)]
+		if r2, wrote := c.decide(ctx, b.d.Name, ks, r, floor, hasFloor); wrote {
+			next[ks.key] = r2
+			changed = append(changed, ks)
+		}
+	}
+	if len(changed) > 0 {
+		q, args := b.upsertSQL(changed, next)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// decide decides ks's steps in order on r, key's row as locked, each on the row the step
+// before it left; it returns the row to write back and whether there is one. floor is the
+// key's fence floor, when hasFloor, for its first token.
+func (c *chunkRun) decide(ctx context.Context, engine string, ks *keySteps, r row, floor uint64, hasFloor bool) (row, bool) {
+	wrote := false
+	for _, st := range ks.steps {
+		clearResults(st)
+		var next *row
+		switch st.Kind {
+		case lock.StepTryAcquire:
+			var first uint64
+			if needsFirstToken(r) {
+				if !hasFloor {
+					st.Err = lock.Unavailable(ctx, engine, fmt.Errorf("%w: bucket %d", errNoFloor, bucketOf(ks.key)))
+					continue
+				}
+				first = floor + 1
+			}
+			next, st.Attempt, st.Err = decideTake(ks.key, st.Owner, r, ceilMillis(st.TTL), first)
+			if st.Attempt.Acquired {
+				if e := endedLease(ks.key, r); e != nil {
+					c.ended = append(c.ended, *e)
+				}
+				st.Attempt.Lease.ExpiresAt = c.start.Add(st.TTL)
+			}
+		case lock.StepRelease:
+			next, st.Remaining, st.Released, st.Err = decideRelease(r, st.Owner, st.Token, c.keepFreeMs)
+		case lock.StepRenew:
+			next, st.Lease, st.Err = decideRenew(ks.key, st.Owner, st.TTL, c.start, r)
+		case lock.StepInspect:
+			st.State = r.state()
+		}
+		if next != nil { // the next step decides on this one's row, at the same clock
+			now := r.now
+			r = *next
+			r.now, wrote = now, true
+		}
+	}
+	return r, wrote
+}
+
+// clearResults forgets a step's results of an earlier try.
+func clearResults(st *lock.Step) {
+	st.Attempt, st.Remaining, st.Released, st.Lease, st.State, st.Err = lock.Attempt{}, 0, lock.Released{}, lock.Lease{}, lock.State{}, nil
+}
+
+// runStep runs st through its single call.
+func (b *Backend) runStep(ctx context.Context, st *lock.Step) {
+	switch st.Kind {
+	case lock.StepTryAcquire:
+		st.Attempt, st.Err = b.TryAcquire(ctx, st.Key, st.Owner, st.TTL)
+	case lock.StepRelease:
+		st.Remaining, st.Released, st.Err = b.Release(ctx, st.Key, st.Owner, st.Token)
+	case lock.StepRenew:
+		st.Lease, st.Err = b.Renew(ctx, st.Key, st.Owner, st.TTL)
+	case lock.StepInspect:
+		st.State, st.Err = b.Inspect(ctx, st.Key)
+	}
+}
+
+// lockRows reads and locks the rows of chunk's keys, in key order, with one statement.
+func (b *Backend) lockRows(ctx context.Context, tx *sql.Tx, chunk []*keySteps) (map[string]row, error) {
+	args := make([]any, 1, len(chunk)+1)
+	args[0] = b.scope
+	for _, ks := range chunk {
+		args = append(args, ks.key)
+	}
+	q := "SELECT lock_key, " + rowColumns(b.d) + " FROM " + leasesTable + " WHERE scope = ? AND lock_key IN (" +
+		placeholders(len(chunk)) + ") ORDER BY lock_key" + b.d.ForUpdate
+	rs, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	rows := make(map[string]row, len(chunk))
+	for rs.Next() {
+		var k string
+		var r row
+		if err := rs.Scan(&k, &r.owner, &r.holder, &r.holds, &r.token, &r.expiresAt, &r.ttlMs, &r.now); err != nil {
+			return nil, err
+		}
+		rows[k] = r
+	}
+	return rows, rs.Err()
+}
+
+// lockFloors reads and locks, in bucket order with one statement, the fence floors of the
+// keys of chunk that acquire a placeholder row (token 0), for their first tokens. A bucket
+// whose floor is missing is absent from the answer.
+func (b *Backend) lockFloors(ctx context.Context, tx *sql.Tx, chunk []*keySteps, rows map[string]row) (map[int64]uint64, error) {
+	var buckets []int64
+	for _, ks := range chunk {
+		if r, ok := rows[ks.key]; ok && ks.acquires && needsFirstToken(r) {
+			buckets = append(buckets, bucketOf(ks.key))
+		}
+	}
+	if len(buckets) == 0 {
+		return nil, nil
+	}
+	slices.Sort(buckets)
+	buckets = slices.Compact(buckets)
+	args := make([]any, 1, len(buckets)+1)
+	args[0] = b.scope
+	for _, bk := range buckets {
+		args = append(args, bk)
+	}
+	q := "SELECT bucket, fence_floor FROM " + fencesTable + " WHERE scope = ? AND bucket IN (" +
+		placeholders(len(buckets)) + ") ORDER BY bucket" + b.d.ForUpdate
+	rs, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	floors := make(map[int64]uint64, len(buckets))
+	for rs.Next() {
+		var bk int64
+		var floor uint64
+		if err := rs.Scan(&bk, &floor); err != nil {
+			return nil, err
+		}
+		floors[bk] = floor
+	}
+	return floors, rs.Err()
+}
+
+// upsertSQL writes the rows next holds for the keys of changed, which exist and are locked,
+// with one statement.
+func (b *Backend) upsertSQL(changed []*keySteps, next map[string]row) (string, []any) {
+	var q strings.Builder
+	q.WriteString("INSERT INTO " + leasesTable + " (scope, lock_key, owner, holder_id, hold_count, fencing_token, expires_at, ttl_ms) VALUES ")
+	args := make([]any, 0, 8*len(changed))
+	for i, ks := range changed {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+		r := next[ks.key]
+		args = append(args, b.scope, ks.key, r.owner, r.holder, r.holds, r.token, r.expiresAt, r.ttlMs)
+	}
+	cols := []string{"owner", "holder_id", "hold_count", "fencing_token", "expires_at", "ttl_ms"}
+	if b.d.Name == MySQL.Name {
+		q.WriteString(" ON DUPLICATE KEY UPDATE ")
+		for i, c := range cols {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString(c + " = VALUES(" + c + ")")
+		}
+	} else {
+		q.WriteString(" ON CONFLICT (scope, lock_key) DO UPDATE SET ")
+		for i, c := range cols {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString(c + " = excluded." + c)
+		}
+	}
+	return q.String(), args
+}
+
+// placeholders is n comma-separated parameters.
+func placeholders(n int) string {
+	return "?" + strings.Repeat(", ?", n-1)
+}
