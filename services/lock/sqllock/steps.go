@@ -27,7 +27,11 @@ import (
 
 // stepChunk caps the keys of one transaction: its statements stay far below every engine's
 // limit on parameters (8 per row written), and its row locks few enough to be held briefly.
-const stepChunk = 500
+// A power of two: the longest padded list of stepsql.go.
+const (
+	stepChunkLog = 9
+	stepChunk    = 1 << stepChunkLog
+)
 
 var _ lock.BatchBackend = (*Backend)(nil)
 
@@ -73,12 +77,18 @@ func (b *Backend) RunSteps(ctx context.Context, steps []*lock.Step) {
 // runChunk runs the steps on chunk's keys in one transaction (see above).
 func (b *Backend) runChunk(ctx context.Context, start time.Time, chunk []*keySteps) {
 	var c chunkRun
-	err := b.createRows(ctx, chunk)
-	if err == nil {
-		err = b.d.Retry(ctx, func() error {
-			c = chunkRun{start: start, keepFreeMs: b.o.keepFree.Milliseconds()}
-			return b.chunkTx(ctx, &c, chunk)
-		})
+	err := b.d.Retry(ctx, func() error {
+		c = chunkRun{start: start, keepFreeMs: b.o.keepFree.Milliseconds(), createRounds: c.createRounds}
+		return b.chunkTx(ctx, &c, chunk)
+	})
+	for err == nil && len(c.create) > 0 { // MySQL: create the missing rows on their own, then again
+		c.createRounds++
+		if err = b.createRows(ctx, c.create); err == nil {
+			err = b.d.Retry(ctx, func() error {
+				c = chunkRun{start: start, keepFreeMs: b.o.keepFree.Milliseconds(), createRounds: c.createRounds}
+				return b.chunkTx(ctx, &c, chunk)
+			})
+		}
 	}
 	if err != nil {
 		err = lock.Unavailable(ctx, b.d.Name, err)
@@ -101,44 +111,25 @@ func (b *Backend) runChunk(ctx context.Context, start time.Time, chunk []*keySte
 	}
 }
 
-// createRows creates the placeholder rows of chunk's keys that acquire, on their own, where
-// inserting inside the transaction could deadlock (see "Deadlocks" in the package doc).
-func (b *Backend) createRows(ctx context.Context, chunk []*keySteps) error {
-	if b.d.InsertInTx {
-		return nil
-	}
-	q, args := b.insertRowsSQL(chunk)
-	if q == "" {
-		return nil
+// createRows creates the placeholder rows of keys on their own, outside any transaction, in
+// key order, where inserting inside the transaction could deadlock (see "Deadlocks" in the
+// package doc).
+func (b *Backend) createRows(ctx context.Context, keys []string) error {
+	if err := b.prepareSteps(ctx, len(keys)); err != nil {
+		return err
 	}
 	return b.d.Retry(ctx, func() error {
-		_, err := b.db.ExecContext(ctx, q, args...)
-		return err
+		return b.setExec(ctx, nil, stmtInsertRows, b.placeholderRows(keys), true, b.insertRowsSQL)
 	})
 }
 
-// insertRowsSQL is the insert of the placeholder rows of chunk's keys that acquire, in key
-// order, or "" when none does.
-func (b *Backend) insertRowsSQL(chunk []*keySteps) (string, []any) {
-	var q strings.Builder
-	var args []any
-	for _, ks := range chunk {
-		if !ks.acquires {
-			continue
-		}
-		if args == nil {
-			q.WriteString(b.d.InsertIgnore + " INTO " + leasesTable + " (scope, lock_key, expires_at) VALUES ")
-		} else {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, " + b.d.NowMillis + " + ?)")
-		args = append(args, b.scope, ks.key, b.placeholderMs())
+// placeholderRows are the insertRowsSQL rows of keys.
+func (b *Backend) placeholderRows(keys []string) [][]any {
+	rows := make([][]any, len(keys))
+	for i, k := range keys {
+		rows[i] = []any{b.scope, k, b.placeholderMs()}
 	}
-	if args == nil {
-		return "", nil
-	}
-	q.WriteString(b.d.OnConflictIgnore)
-	return q.String(), args
+	return rows
 }
 
 // chunkRun is what one try of a chunk's transaction decided beyond its steps' results.
@@ -147,19 +138,37 @@ type chunkRun struct {
 	keepFreeMs int64
 	ended      []lock.Expiry // leases taken over after they ran out, to report once committed
 	alone      []*keySteps   // keys without a row: their steps run through the single calls
+	// create are the keys whose rows must be created before the chunk runs again (the
+	// transaction rolled back); createRounds counts how often that happened.
+	create       []string
+	createRounds int
 }
 
+// maxCreateRounds is how often a chunk creates missing rows and runs again before the keys
+// still without one (the janitor deleting them each time) run through the single calls.
+const maxCreateRounds = 3
+
 // chunkTx is one try of a chunk's transaction: it sets every step's results, but for the
-// keys it leaves to the single calls (c.alone).
+// keys it leaves to the single calls (c.alone) and, when it rolls back for rows to create
+// first (c.create), for any.
 func (b *Backend) chunkTx(ctx context.Context, c *chunkRun, chunk []*keySteps) error {
+	if err := b.prepareSteps(ctx, len(chunk)); err != nil {
+		return err
+	}
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
 	if b.d.InsertInTx {
-		if q, args := b.insertRowsSQL(chunk); q != "" {
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		var keys []string
+		for _, ks := range chunk {
+			if ks.acquires {
+				keys = append(keys, ks.key)
+			}
+		}
+		if len(keys) > 0 {
+			if err := b.setExec(ctx, tx, stmtInsertRows, b.placeholderRows(keys), true, b.insertRowsSQL); err != nil {
 				return err
 			}
 		}
@@ -168,27 +177,33 @@ func (b *Backend) chunkTx(ctx context.Context, c *chunkRun, chunk []*keySteps) e
 	if err != nil {
 		return err
 	}
-	floors, err := b.lockFloors(ctx, tx, chunk, rows)
+	var live []*keySteps
+	for _, ks := range chunk {
+		switch _, found := rows[ks.key]; {
+		case found || !ks.acquires:
+			live = append(live, ks)
+		case !b.d.InsertInTx && c.createRounds < maxCreateRounds:
+			c.create = append(c.create, ks.key)
+		default:
+			c.alone = append(c.alone, ks)
+		}
+	}
+	if len(c.create) > 0 {
+		return nil // rolled back: nothing was decided
+	}
+	floors, err := b.lockFloors(ctx, tx, live, rows)
 	if err != nil {
 		return err
 	}
-	var changed []*keySteps
-	next := make(map[string]row, len(chunk))
-	for _, ks := range chunk {
-		r, found := rows[ks.key]
-		if !found && ks.acquires {
-			c.alone = append(c.alone, ks)
-			continue
-		}
+	var changed [][]any
+	for _, ks := range live {
 		floor, hasFloor := floors[bucketOf(ks.key)]
-		if r2, wrote := c.decide(ctx, b.d.Name, ks, r, floor, hasFloor); wrote {
-			next[ks.key] = r2
-			changed = append(changed, ks)
+		if r, wrote := c.decide(ctx, b.d.Name, ks, rows[ks.key], floor, hasFloor); wrote {
+			changed = append(changed, []any{b.scope, ks.key, r.owner, r.holder, r.holds, r.token, r.expiresAt, r.ttlMs})
 		}
 	}
 	if len(changed) > 0 {
-		q, args := b.upsertSQL(changed, next)
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		if err := b.setExec(ctx, tx, stmtUpsertRows, changed, b.padUpserts(), b.upsertRowsSQL); err != nil {
 			return err
 		}
 	}
@@ -257,14 +272,11 @@ func (b *Backend) runStep(ctx context.Context, st *lock.Step) {
 
 // lockRows reads and locks the rows of chunk's keys, in key order, with one statement.
 func (b *Backend) lockRows(ctx context.Context, tx *sql.Tx, chunk []*keySteps) (map[string]row, error) {
-	args := make([]any, 1, len(chunk)+1)
-	args[0] = b.scope
-	for _, ks := range chunk {
-		args = append(args, ks.key)
+	keys := make([][]any, len(chunk))
+	for i, ks := range chunk {
+		keys[i] = []any{ks.key}
 	}
-	q := "SELECT lock_key, " + rowColumns(b.d) + " FROM " + leasesTable + " WHERE scope = ? AND lock_key IN (" +
-		placeholders(len(chunk)) + ") ORDER BY lock_key" + b.d.ForUpdate
-	rs, err := tx.QueryContext(ctx, q, args...)
+	rs, err := b.setQuery(ctx, tx, stmtLockRows, []any{b.scope}, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -296,14 +308,11 @@ func (b *Backend) lockFloors(ctx context.Context, tx *sql.Tx, chunk []*keySteps,
 	}
 	slices.Sort(buckets)
 	buckets = slices.Compact(buckets)
-	args := make([]any, 1, len(buckets)+1)
-	args[0] = b.scope
-	for _, bk := range buckets {
-		args = append(args, bk)
+	args := make([][]any, len(buckets))
+	for i, bk := range buckets {
+		args[i] = []any{bk}
 	}
-	q := "SELECT bucket, fence_floor FROM " + fencesTable + " WHERE scope = ? AND bucket IN (" +
-		placeholders(len(buckets)) + ") ORDER BY bucket" + b.d.ForUpdate
-	rs, err := tx.QueryContext(ctx, q, args...)
+	rs, err := b.setQuery(ctx, tx, stmtLockFloors, []any{b.scope}, args)
 	if err != nil {
 		return nil, err
 	}
@@ -318,44 +327,4 @@ func (b *Backend) lockFloors(ctx context.Context, tx *sql.Tx, chunk []*keySteps,
 		floors[bk] = floor
 	}
 	return floors, rs.Err()
-}
-
-// upsertSQL writes the rows next holds for the keys of changed, which exist and are locked,
-// with one statement.
-func (b *Backend) upsertSQL(changed []*keySteps, next map[string]row) (string, []any) {
-	var q strings.Builder
-	q.WriteString("INSERT INTO " + leasesTable + " (scope, lock_key, owner, holder_id, hold_count, fencing_token, expires_at, ttl_ms) VALUES ")
-	args := make([]any, 0, 8*len(changed))
-	for i, ks := range changed {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
-		r := next[ks.key]
-		args = append(args, b.scope, ks.key, r.owner, r.holder, r.holds, r.token, r.expiresAt, r.ttlMs)
-	}
-	cols := []string{"owner", "holder_id", "hold_count", "fencing_token", "expires_at", "ttl_ms"}
-	if b.d.Name == MySQL.Name {
-		q.WriteString(" ON DUPLICATE KEY UPDATE ")
-		for i, c := range cols {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString(c + " = VALUES(" + c + ")")
-		}
-	} else {
-		q.WriteString(" ON CONFLICT (scope, lock_key) DO UPDATE SET ")
-		for i, c := range cols {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString(c + " = excluded." + c)
-		}
-	}
-	return q.String(), args
-}
-
-// placeholders is n comma-separated parameters.
-func placeholders(n int) string {
-	return "?" + strings.Repeat(", ?", n-1)
 }
