@@ -18,12 +18,13 @@ import (
 // in Go with the single calls' own decisions (decide.go), and writes the rows that changed
 // back with one multi-row upsert. The steps on one key are decided in batch order, each on
 // the row the one before it left, so a batch means what its steps one after another would
-// mean. A key's placeholder row is created first, as the single path creates it: on its own
-// on MySQL (several keys in one INSERT IGNORE), inside the transaction elsewhere
-// (Dialect.InsertInTx). A key whose row the janitor deleted between that insert and the
-// locking read runs its steps through the single calls after the chunk, in order. Leases
-// taken over after they ran out are reported once the chunk commits, as a single attempt
-// reports them.
+// mean. A key that acquires gets its placeholder row as the single path gets it: inside the
+// transaction where that cannot deadlock (Dialect.InsertInTx); on MySQL on its own, so a
+// chunk that finds keys without rows rolls back, inserts their rows (one INSERT IGNORE for
+// all of them, in key order) and runs again. A key still without a row after a few rounds
+// (the janitor deleting it each time) runs its steps through the single calls once the batch
+// is done, in order. Leases taken over after they ran out are reported once the chunk
+// commits, as a single attempt reports them.
 
 // stepChunk caps the keys of one transaction: its statements stay far below every engine's
 // limit on parameters (8 per row written), and its row locks few enough to be held briefly.
@@ -45,14 +46,6 @@ type keySteps struct {
 // RunSteps implements lock.BatchBackend.
 func (b *Backend) RunSteps(ctx context.Context, steps []*lock.Step) {
 	start := time.Now() // before anything is sent: leases end no earlier than start + ttl
-	put, err := b.takeSlot(ctx)
-	if err != nil {
-		for _, st := range steps {
-			st.Err = err
-		}
-		return
-	}
-	defer put()
 	byKey := make(map[string]*keySteps)
 	var keys []*keySteps
 	for _, st := range steps {
@@ -69,25 +62,51 @@ func (b *Backend) RunSteps(ctx context.Context, steps []*lock.Step) {
 		ks.acquires = ks.acquires || st.Kind == lock.StepTryAcquire
 	}
 	slices.SortFunc(keys, func(x, y *keySteps) int { return strings.Compare(x.key, y.key) })
-	for chunk := range slices.Chunk(keys, stepChunk) {
-		b.runChunk(ctx, start, chunk)
+	alone, err := b.runChunks(ctx, start, keys)
+	if err != nil {
+		for _, st := range steps {
+			st.Err = err
+		}
+		return
+	}
+	for _, ks := range alone { // after the slot is given back: each single call takes one
+		for _, st := range ks.steps {
+			clearResults(st)
+			b.runStep(ctx, st)
+		}
 	}
 }
 
-// runChunk runs the steps on chunk's keys in one transaction (see above).
-func (b *Backend) runChunk(ctx context.Context, start time.Time, chunk []*keySteps) {
+// runChunks runs the chunks of keys one after another, on one of the backend's attempt
+// slots (see takeSlot), and returns the keys left to the single calls.
+func (b *Backend) runChunks(ctx context.Context, start time.Time, keys []*keySteps) ([]*keySteps, error) {
+	put, err := b.takeSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer put()
+	var alone []*keySteps
+	for chunk := range slices.Chunk(keys, stepChunk) {
+		alone = append(alone, b.runChunk(ctx, start, chunk)...)
+	}
+	return alone, nil
+}
+
+// runChunk runs the steps on chunk's keys in one transaction (see above), but for those of
+// the keys it returns, which are left to the single calls.
+func (b *Backend) runChunk(ctx context.Context, start time.Time, chunk []*keySteps) []*keySteps {
 	var c chunkRun
-	err := b.d.Retry(ctx, func() error {
-		c = chunkRun{start: start, keepFreeMs: b.o.keepFree.Milliseconds(), createRounds: c.createRounds}
-		return b.chunkTx(ctx, &c, chunk)
-	})
+	run := func() error {
+		return b.d.Retry(ctx, func() error {
+			c = chunkRun{start: start, keepFreeMs: b.o.keepFree.Milliseconds(), createRounds: c.createRounds}
+			return b.chunkTx(ctx, &c, chunk)
+		})
+	}
+	err := run()
 	for err == nil && len(c.create) > 0 { // MySQL: create the missing rows on their own, then again
 		c.createRounds++
 		if err = b.createRows(ctx, c.create); err == nil {
-			err = b.d.Retry(ctx, func() error {
-				c = chunkRun{start: start, keepFreeMs: b.o.keepFree.Milliseconds(), createRounds: c.createRounds}
-				return b.chunkTx(ctx, &c, chunk)
-			})
+			err = run()
 		}
 	}
 	if err != nil {
@@ -98,17 +117,12 @@ func (b *Backend) runChunk(ctx context.Context, start time.Time, chunk []*keySte
 				st.Err = err
 			}
 		}
-		return
+		return nil
 	}
 	for _, e := range c.ended {
 		b.Report(e)
 	}
-	for _, ks := range c.alone {
-		for _, st := range ks.steps {
-			clearResults(st)
-			b.runStep(ctx, st)
-		}
-	}
+	return c.alone
 }
 
 // createRows creates the placeholder rows of keys on their own, outside any transaction, in
