@@ -24,7 +24,9 @@ import (
 // all of them, in key order) and runs again. A key still without a row after a few rounds
 // (the janitor deleting it each time) runs its steps through the single calls once the batch
 // is done, in order. Leases taken over after they ran out are reported once the chunk
-// commits, as a single attempt reports them.
+// commits, as a single attempt reports them. Fair mode's lines of waiters play no part: a
+// batched acquire cannot wait, and an attempt that does not wait is a TryAcquire, which
+// reads no line (fair.go), batched or not.
 
 // stepChunk caps the keys of one transaction: its statements stay far below every engine's
 // limit on parameters (8 per row written), and its row locks few enough to be held briefly.
