@@ -10,9 +10,8 @@ import (
 
 // The set statements of a batch's chunks (steps.go). Each takes a list of rows, padded to a
 // power-of-two length with its last row repeated, and is prepared once per backend and
-// length: the MySQL driver otherwise prepares, executes and closes each statement, and
-// parsing a statement of a few thousand parameters twice costs the server more than
-// running it. Padding is harmless for each of them (a key listed twice is read, locked or
+// length: the MySQL driver otherwise prepares, executes and closes each statement, and the
+// server parses a statement of a few thousand parameters twice. Padding is harmless for each of them (a key listed twice is read, locked or
 // inserted once), but for PostgreSQL's upsert, which refuses to change one row twice, and
 // so is sent unpadded there (its driver caches what it prepares by text anyway).
 
@@ -28,7 +27,7 @@ const (
 )
 
 // stepStatements are a backend's prepared set statements, by statement and padded length
-// (log2), prepared when first used.
+// (log2), prepared before the first chunk that needs them.
 type stepStatements struct {
 	mu     sync.Mutex
 	closed bool
