@@ -10,8 +10,8 @@ import (
 // Batch implements LockServiceHandler. Every operation goes through the same checks and the
 // same handling of its backend's answer as its single call, so each gets exactly the answer
 // or error that call would. Operations on a BatchBackend go to it together, one round trip
-// for all of them (the Redis engine: one pipeline); the others run at once, one goroutine
-// each, so the backends still see them together.
+// for all of them (the Redis engine: one pipeline; the SQL engines: set statements); the
+// others run at once, one goroutine each, so the backends still see them together.
 func (s *Service) Batch(ctx context.Context, req *lockv1.BatchRequest) (*lockv1.BatchResponse, error) {
 	ops := req.GetOperations()
 	if err := server.CheckBatch("operations", len(ops)); err != nil {

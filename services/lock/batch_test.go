@@ -37,7 +37,20 @@ func releaseOp(req *lockv1.ReleaseRequest) *lockv1.BatchOperation {
 // nothing.
 func TestBatchMixedOperations(t *testing.T) {
 	t.Parallel()
-	inst := startInstance(t, "redis", redisStore(t)(t))
+	for _, bc := range backends {
+		if bc.name == "redlock" || bc.name == "zookeeper" { // no BatchBackend: each operation runs alone
+			continue
+		}
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			batchMixedOperations(t, bc)
+		})
+	}
+}
+
+// batchMixedOperations is TestBatchMixedOperations on one backend.
+func batchMixedOperations(t *testing.T, bc backendCase) {
+	inst := startInstance(t, bc.name, bc.store(t)(t))
 	c := client.New(inst.url, client.WithBatching(0))
 	raw := c.Locks()
 	ctx := context.Background()

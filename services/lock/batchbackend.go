@@ -6,7 +6,8 @@ import (
 )
 
 // BatchBackend is a Backend that runs the steps of many operations together, one round trip
-// for all of them (the Redis engine sends them as one pipeline). The service's Batch hands it
+// for all of them (the Redis engine sends them as one pipeline; the SQL engines run them as
+// a few set statements in one transaction per 512 keys). The service's Batch hands it
 // every operation of a batch that takes one step on it, instead of running each on a
 // goroutine of its own and letting the engine gather them again.
 type BatchBackend interface {

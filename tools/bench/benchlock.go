@@ -23,6 +23,7 @@ import (
 
 	"github.com/coordkit/coordkit/libs/client"
 	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
+	"github.com/coordkit/coordkit/libs/server"
 	"github.com/coordkit/coordkit/libs/service"
 )
 
@@ -67,6 +68,7 @@ type benchConfig struct {
 	sqliteSync string
 	asJSON     bool
 	cpuProfile string
+	batch      int    // acquires per Batch call of the service targets; 1: single calls
 	inProcess  bool   // run the service in the bench's process instead of as a child process
 	serverPID  int    // the process of --server, for its CPU time; 0: unknown
 	coord      string // the coord binary of the child process; empty: built (see coordBinary)
@@ -100,6 +102,7 @@ func benchLockFlags(fs *pflag.FlagSet) func() (benchConfig, error) {
 	fs.StringVar(&cfg.sqliteSync, "sqlite-synchronous", "full", "the started service's --sqlite-synchronous: full or normal")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a table")
 	coordFlag(fs, &cfg.coord)
+	fs.IntVar(&cfg.batch, "batch", 1, fmt.Sprintf("acquires per call (1 to %d): above 1, each client sends its acquires in one Batch call and then its releases in another, and a pair is one acquire and its release, latency that of both calls; service targets only", server.MaxBatchOperations))
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured runs to this file (of the clients only, unless --in-process)")
 	return func() (benchConfig, error) { return cfg.check(*clients, *targets, *redlockAddrs, *zkAddrs) }
 }
@@ -122,6 +125,12 @@ func (cfg benchConfig) check(clients, targets, redlockAddrs, zkAddrs string) (be
 	}
 	if cfg.serverURL != "" && cfg.inProcess {
 		return cfg, errors.New("bench: --in-process starts a service, --server names a running one: give one of them")
+	}
+	if cfg.batch < 1 || cfg.batch > server.MaxBatchOperations {
+		return cfg, fmt.Errorf("bench: --batch %d must be within [1, %d]", cfg.batch, server.MaxBatchOperations)
+	}
+	if i := slices.IndexFunc(cfg.targets, func(t string) bool { return !isServiceTarget(t) }); cfg.batch > 1 && i >= 0 {
+		return cfg, fmt.Errorf("bench: --batch %d: %s has no batches; measure only service targets", cfg.batch, cfg.targets[i])
 	}
 	if cfg.serverPID < 0 || (cfg.serverPID > 0 && cfg.serverURL == "") {
 		return cfg, fmt.Errorf("bench: --server-pid %d needs --server and must be positive", cfg.serverPID)
@@ -216,8 +225,11 @@ func runAll(ctx context.Context, cfg benchConfig, targets map[string]benchTarget
 			runtime.GC()
 			run := fmt.Sprintf("%s.%s.c%d", stamp, target, n)
 			t := targets[target]
-			r := runLoadCPU(ctx, t.pair, run, n, cfg.warmup, cfg.duration, &t.procs)
+			r := runLoadCPU(ctx, t.pair, run, n, cfg.warmup, cfg.duration, &t.procs, cfg.batch)
 			r.Target = target
+			if cfg.batch > 1 {
+				r.Target = fmt.Sprintf("%s batch %d", target, cfg.batch)
+			}
 			if ctx.Err() != nil {
 				return results, fmt.Errorf("bench: %w", context.Cause(ctx))
 			}
@@ -260,7 +272,7 @@ func openTargets(ctx context.Context, cfg benchConfig, stderr io.Writer) (map[st
 		for _, target := range cfg.targets {
 			if isServiceTarget(target) {
 				targets[target] = benchTarget{
-					pair:  servicePair(c, strings.TrimPrefix(target, "service/")),
+					pair:  servicePair(c, strings.TrimPrefix(target, "service/"), cfg.batch),
 					procs: runProcs{client: self, service: svc, backend: backends[targetBackend(target)], inProcess: cfg.inProcess},
 				}
 			}
@@ -361,9 +373,12 @@ func benchServeConfig(cfg benchConfig, dataDir string) serveConfig {
 }
 
 // servicePair returns a pair function that acquires and releases through the lock service
-// on the named backend.
-func servicePair(c *client.Client, backend string) pairFunc {
+// on the named backend; with batch above 1, batch keys at once (batchPair).
+func servicePair(c *client.Client, backend string, batch int) pairFunc {
 	ttl := durationpb.New(benchTTL)
+	if batch > 1 {
+		return batchPair(c, backend, batch, ttl)
+	}
 	return func(ctx context.Context, key string) error {
 		res, err := c.Locks().Acquire(ctx, &lockv1.AcquireRequest{Key: key, Backend: backend, Ttl: ttl})
 		if err != nil {
@@ -378,6 +393,40 @@ func servicePair(c *client.Client, backend string) pairFunc {
 		}
 		if !rel.GetReleased() {
 			return fmt.Errorf("release %s: not released", key)
+		}
+		return nil
+	}
+}
+
+// batchPair returns a pair function that acquires batch keys (key:0, key:1, …) in one Batch
+// call and releases them in another.
+func batchPair(c *client.Client, backend string, batch int, ttl *durationpb.Duration) pairFunc {
+	return func(ctx context.Context, key string) error {
+		ops := make([]*lockv1.BatchOperation, batch)
+		for i := range ops {
+			ops[i] = &lockv1.BatchOperation{Operation: &lockv1.BatchOperation_Acquire{Acquire: &lockv1.AcquireRequest{
+				Key: key + ":" + strconv.Itoa(i), Backend: backend, Ttl: ttl}}}
+		}
+		res, err := c.Locks().Batch(ctx, &lockv1.BatchRequest{Operations: ops})
+		if err != nil {
+			return fmt.Errorf("batch acquire: %w", err)
+		}
+		for i, r := range res.GetResults() {
+			a := r.GetAcquire()
+			if !a.GetAcquired() {
+				return fmt.Errorf("batch acquire %s:%d: not acquired (%s)", key, i, r.GetError().GetMessage())
+			}
+			ops[i] = &lockv1.BatchOperation{Operation: &lockv1.BatchOperation_Release{Release: &lockv1.ReleaseRequest{
+				Key: key + ":" + strconv.Itoa(i), Backend: backend, Owner: a.GetLease().GetOwner()}}}
+		}
+		res, err = c.Locks().Batch(ctx, &lockv1.BatchRequest{Operations: ops})
+		if err != nil {
+			return fmt.Errorf("batch release: %w", err)
+		}
+		for i, r := range res.GetResults() {
+			if !r.GetRelease().GetReleased() {
+				return fmt.Errorf("batch release %s:%d: not released (%s)", key, i, r.GetError().GetMessage())
+			}
 		}
 		return nil
 	}
@@ -423,12 +472,13 @@ func isServiceTarget(target string) bool { return strings.HasPrefix(target, "ser
 // and then duration, and summarizes the pairs that completed inside the measured window.
 // Every goroutine stops starting pairs when the window closes or ctx ends.
 func runLoad(ctx context.Context, pair pairFunc, run string, clients int, warmup, duration time.Duration) runResult {
-	return runLoadCPU(ctx, pair, run, clients, warmup, duration, nil)
+	return runLoadCPU(ctx, pair, run, clients, warmup, duration, nil, 1)
 }
 
 // runLoadCPU is runLoad that also samples the CPU time of procs at the start and the end of
-// the measured window, unless procs is nil, for the CPU time per pair.
-func runLoadCPU(ctx context.Context, pair pairFunc, run string, clients int, warmup, duration time.Duration, procs *runProcs) runResult {
+// the measured window, unless procs is nil, for the CPU time per pair. Each call of pair
+// makes batch pairs (batchPair), counted as such; the latencies stay those of the calls.
+func runLoadCPU(ctx context.Context, pair pairFunc, run string, clients int, warmup, duration time.Duration, procs *runProcs, batch int) runResult {
 	from := time.Now().Add(warmup)
 	end := from.Add(duration)
 	runCtx, cancel := context.WithDeadline(ctx, end.Add(drainTimeout))
@@ -447,6 +497,8 @@ func runLoadCPU(ctx context.Context, pair pairFunc, run string, clients int, war
 	}
 	wg.Wait()
 	r := summarize(samples, clients, duration)
+	r.Pairs *= batch
+	r.PairsPerSec *= float64(batch)
 	if procs != nil {
 		r.CPU = procs.perPair(cpuStart, cpuStop, cpuOK, r.Pairs)
 	}

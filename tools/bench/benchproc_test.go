@@ -76,7 +76,7 @@ func TestBenchServiceProcess(t *testing.T) {
 			if code, body, err := getReadyz(ctx, http.DefaultClient, p.url); err != nil || code != http.StatusOK {
 				t.Errorf("/readyz = %d %s (%v), want 200", code, body, err)
 			}
-			if err := servicePair(client.New(p.url), "sqlite")(ctx, "bench:proc:"+tt.name); err != nil {
+			if err := servicePair(client.New(p.url), "sqlite", 1)(ctx, "bench:proc:"+tt.name); err != nil {
 				t.Errorf("acquire+release through the child: %v, want nil", err)
 			}
 

@@ -178,10 +178,11 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 	}
 	ttlMs := ceilMillis(ttl)
 	take := func(tx *sql.Tx, r row) (*row, lock.Attempt, error) {
-		if r.held() && r.owner != owner {
-			return nil, lock.Attempt{Holder: r.state()}, nil
+		first, err := b.firstToken(ctx, tx, key, r)
+		if err != nil {
+			return nil, lock.Attempt{}, err
 		}
-		return b.grant(ctx, tx, key, owner, r, ttlMs)
+		return decideTake(key, owner, r, ttlMs, first)
 	}
 	if found && r.token != 0 {
 		if att, done, err := b.attemptCAS(ctx, key, r, start, ttl, take); done {
@@ -257,30 +258,27 @@ func (b *Backend) takeSlot(ctx context.Context) (put func(), err error) {
 	}
 }
 
-// grant gives owner the lock in the transaction holding r, key's row: a free, released or
-// expired lock is taken over with a new token, one owner holds is re-entered. It returns the
-// row to write back and the caller's lease (without ExpiresAt, which the caller measures).
-// Only a placeholder row (token 0) needs tx, to read its fence floor; the compare-and-set
-// path, which never takes a placeholder, passes none.
+// grant gives owner the lock in the transaction holding r, key's row (grantRow). Only a
+// placeholder row (token 0) needs tx, to read its fence floor; the compare-and-set path,
+// which never takes a placeholder, passes none.
 func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner string, r row, ttlMs int64) (*row, lock.Attempt, error) {
-	if r.held() { // owner's: re-entry
-		if r.holds >= lock.MaxHoldCount {
-			return nil, lock.Attempt{}, lock.ErrHoldLimit
-		}
-		att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, HolderID: r.holder, FencingToken: r.token, HoldCount: r.holds + 1}}
-		return &row{owner: owner, holder: r.holder, holds: r.holds + 1, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
+	first, err := b.firstToken(ctx, tx, key, r)
+	if err != nil {
+		return nil, lock.Attempt{}, err
 	}
-	token := r.token + 1
-	if r.token == 0 {
-		first, err := b.nextToken(ctx, tx, key)
-		if err != nil {
-			return nil, lock.Attempt{}, dbError{err}
-		}
-		token = first
+	return grantRow(key, owner, r, ttlMs, first)
+}
+
+// firstToken is key's first fencing token (nextToken) when taking r needs it, else 0.
+func (b *Backend) firstToken(ctx context.Context, tx *sql.Tx, key string, r row) (uint64, error) {
+	if !needsFirstToken(r) {
+		return 0, nil
 	}
-	holder := lock.NewHolderID()
-	att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, HolderID: holder, FencingToken: token, HoldCount: 1}}
-	return &row{owner: owner, holder: holder, holds: 1, token: token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
+	first, err := b.nextToken(ctx, tx, key)
+	if err != nil {
+		return 0, dbError{err}
+	}
+	return first, nil
 }
 
 // endedLease is the lease r held when it ran out unreleased and unreported (an owner is
@@ -362,19 +360,9 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 	var remaining uint32
 	var lease lock.Released
 	err := b.change(ctx, key, func(r row) (*row, error) {
-		if err := ownedBy(r, owner); err != nil {
-			return nil, err
-		}
-		if token != 0 && r.token != token {
-			return nil, lock.ErrNotHeld
-		}
-		remaining, lease = r.holds-1, lock.Released{FencingToken: r.token, HolderID: r.holder}
-		if remaining == 0 {
-			// Free; the token stays for the next holder, and the janitor deletes the row
-			// (folding the token into the fence floor) once the keep-free period passes.
-			return &row{token: r.token, expiresAt: r.now + b.o.keepFree.Milliseconds()}, nil
-		}
-		return &row{owner: owner, holder: r.holder, holds: remaining, token: r.token, expiresAt: r.expiresAt, ttlMs: r.ttlMs}, nil
+		next, n, l, err := decideRelease(r, owner, token, b.o.keepFree.Milliseconds())
+		remaining, lease = n, l
+		return next, err
 	})
 	if err != nil { // decide may have run on a read the write then missed
 		return 0, lock.Released{}, err
@@ -387,15 +375,9 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 	start := time.Now()
 	var lease lock.Lease
 	err := b.change(ctx, key, func(r row) (*row, error) {
-		if err := ownedBy(r, owner); err != nil {
-			return nil, err
-		}
-		ttlMs, report := ceilMillis(ttl), ttl
-		if ttl <= 0 { // the lease's own ttl
-			ttlMs, report = r.ttlMs, time.Duration(r.ttlMs)*time.Millisecond
-		}
-		lease = lock.Lease{Key: key, Owner: owner, HolderID: r.holder, FencingToken: r.token, HoldCount: r.holds, ExpiresAt: start.Add(report)}
-		return &row{owner: owner, holder: r.holder, holds: r.holds, token: r.token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, nil
+		next, l, err := decideRenew(key, owner, ttl, start, r)
+		lease = l
+		return next, err
 	})
 	if err != nil {
 		return lock.Lease{}, err

@@ -114,6 +114,7 @@ type Backend struct {
 	slots chan struct{}                    // TryAcquires at once; nil: no bound
 	group *batch.Coalescer[txJob, bool]    // group commit (group.go); nil: off
 	peeks *batch.Coalescer[string, peeked] // batched plain reads (peeks.go)
+	steps stepStatements                   // a batch's set statements (steps.go)
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -219,6 +220,7 @@ func (b *Backend) Close() error {
 		b.stopJanitor()
 		<-b.janitorDone
 		b.st.close()
+		b.steps.close()
 		if b.owned != nil {
 			b.closeErr = b.owned.Close()
 		}
