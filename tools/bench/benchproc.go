@@ -121,6 +121,11 @@ func serveArgs(scfg serveConfig) (args, env []string) {
 			args = append(args, "--"+f.name+"="+f.value)
 		}
 	}
+	if scfg.mysqlDSN != "" && scfg.pgURL != "" {
+		// coord serve refuses to guess where ID segments live when both databases are
+		// set; the lock bench takes no IDs, so the data dir's SQLite file serves.
+		args = append(args, "--id-store=sqlite")
+	}
 	if scfg.mysqlDSN != "" {
 		env = append(env, config.EnvName("mysql-dsn")+"="+scfg.mysqlDSN)
 	}
