@@ -36,9 +36,6 @@ type Dialect struct {
 	// Serialized says that a write transaction locks the whole database (SQLite's BEGIN
 	// IMMEDIATE): transactions run one at a time anyway, so they are grouped (group.go).
 	Serialized bool
-	// FusedWrites says that the engine runs fusedSQL (PostgreSQL): Acquire, Release and
-	// Renew read, decide and write in one batched statement (fused.go).
-	FusedWrites bool
 }
 
 // SQLite is the dialect of modernc.org/sqlite. Open the database with OpenSQLite so that
@@ -171,7 +168,6 @@ var Postgres = Dialect{
 	ColumnExists: "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?",
 	AddHolderID:  `ALTER TABLE coordkit_lock_leases ADD COLUMN IF NOT EXISTS holder_id TEXT COLLATE "C" NOT NULL DEFAULT ''`,
 	InsertInTx:   true,
-	FusedWrites:  true,
 }
 
 // dialectOf is the lock dialect of an engine's dialect, chosen by its name.

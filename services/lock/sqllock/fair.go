@@ -37,7 +37,7 @@ func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, en
 	ttlMs, entryMs := ceilMillis(ttl), ceilMillis(entryTTL)
 	return b.attempt(ctx, key, found, start, ttl, func(tx *sql.Tx, r row) (*row, lock.Attempt, error) {
 		if r.held() && r.owner == owner { // a re-entry never queues
-			next, granted, err := b.grant(ctx, tx, key, owner, lock.NewHolderID(), r, ttlMs)
+			next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
 			if err == nil {
 				err = b.leaveLineIfIn(ctx, tx, key, owner)
 			}
@@ -48,7 +48,7 @@ func (b *Backend) TryAcquireFair(ctx context.Context, key, owner string, ttl, en
 			return nil, lock.Attempt{}, err
 		}
 		if !r.held() && (first == "" || first == owner) {
-			next, granted, err := b.grant(ctx, tx, key, owner, lock.NewHolderID(), r, ttlMs)
+			next, granted, err := b.grant(ctx, tx, key, owner, r, ttlMs)
 			if err == nil && first == owner {
 				err = b.leaveLine(ctx, tx, key, owner)
 			}

@@ -168,27 +168,20 @@ func (b *Backend) TryAcquire(ctx context.Context, key, owner string, ttl time.Du
 		return lock.Attempt{}, err
 	}
 	defer put()
-	ttlMs, holder := ceilMillis(ttl), lock.NewHolderID()
+	// Most attempts on a taken lock end here, without a transaction or a row lock.
+	r, found, err := b.peek(ctx, key)
+	if err != nil {
+		return lock.Attempt{}, lock.Unavailable(ctx, b.d.Name, err)
+	}
+	if found && r.held() && r.owner != owner {
+		return lock.Attempt{Holder: r.state()}, nil
+	}
+	ttlMs := ceilMillis(ttl)
 	take := func(tx *sql.Tx, r row) (*row, lock.Attempt, error) {
 		if r.held() && r.owner != owner {
 			return nil, lock.Attempt{Holder: r.state()}, nil
 		}
-		return b.grant(ctx, tx, key, owner, holder, r, ttlMs)
-	}
-	// Most attempts on a taken lock end here, without a transaction or a row lock.
-	r, found, applied, err := b.read(ctx, fusedOp{kind: fusedAcquire, key: key, owner: owner, holder: holder, ttlMs: ttlMs})
-	if err != nil {
-		return lock.Attempt{}, err
-	}
-	if applied { // take's decision on r, written: r has a token, so take needs no tx
-		_, att, err := take(nil, r)
-		if err != nil {
-			return lock.Attempt{}, err
-		}
-		return b.finishAttempt(att, endedLease(key, r), start, ttl), nil
-	}
-	if found && r.held() && r.owner != owner {
-		return lock.Attempt{Holder: r.state()}, nil
+		return b.grant(ctx, tx, key, owner, r, ttlMs)
 	}
 	if found && r.token != 0 {
 		if att, done, err := b.attemptCAS(ctx, key, r, start, ttl, take); done {
@@ -267,10 +260,9 @@ func (b *Backend) takeSlot(ctx context.Context) (put func(), err error) {
 // grant gives owner the lock in the transaction holding r, key's row: a free, released or
 // expired lock is taken over with a new token, one owner holds is re-entered. It returns the
 // row to write back and the caller's lease (without ExpiresAt, which the caller measures).
-// A new lease gets holder as its holder id. Only a placeholder row (token 0) needs tx, to
-// read its fence floor; the compare-and-set and fused paths, which never take a placeholder,
-// pass none.
-func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner, holder string, r row, ttlMs int64) (*row, lock.Attempt, error) {
+// Only a placeholder row (token 0) needs tx, to read its fence floor; the compare-and-set
+// path, which never takes a placeholder, passes none.
+func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner string, r row, ttlMs int64) (*row, lock.Attempt, error) {
 	if r.held() { // owner's: re-entry
 		if r.holds >= lock.MaxHoldCount {
 			return nil, lock.Attempt{}, lock.ErrHoldLimit
@@ -286,6 +278,7 @@ func (b *Backend) grant(ctx context.Context, tx *sql.Tx, key, owner, holder stri
 		}
 		token = first
 	}
+	holder := lock.NewHolderID()
 	att := lock.Attempt{Acquired: true, Lease: lock.Lease{Key: key, Owner: owner, HolderID: holder, FencingToken: token, HoldCount: 1}}
 	return &row{owner: owner, holder: holder, holds: 1, token: token, expiresAt: expiry(r.now, ttlMs), ttlMs: ttlMs}, att, nil
 }
@@ -368,7 +361,7 @@ func (b *Backend) takeRow(ctx context.Context, key string, found bool, take func
 func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) (uint32, lock.Released, error) {
 	var remaining uint32
 	var lease lock.Released
-	err := b.change(ctx, fusedOp{kind: fusedRelease, key: key, owner: owner, token: token}, func(r row) (*row, error) {
+	err := b.change(ctx, key, func(r row) (*row, error) {
 		if err := ownedBy(r, owner); err != nil {
 			return nil, err
 		}
@@ -393,8 +386,7 @@ func (b *Backend) Release(ctx context.Context, key, owner string, token uint64) 
 func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duration) (lock.Lease, error) {
 	start := time.Now()
 	var lease lock.Lease
-	// ttlMs ≤ 0 (ttl ≤ 0) renews for the lease's own ttl there too.
-	err := b.change(ctx, fusedOp{kind: fusedRenew, key: key, owner: owner, ttlMs: ceilMillis(ttl)}, func(r row) (*row, error) {
+	err := b.change(ctx, key, func(r row) (*row, error) {
 		if err := ownedBy(r, owner); err != nil {
 			return nil, err
 		}
@@ -411,20 +403,14 @@ func (b *Backend) Renew(ctx context.Context, key, owner string, ttl time.Duratio
 	return lease, nil
 }
 
-// change runs decide on op's key's row and writes back the row it returns: in op's fused
-// statement, which decides as decide does (fused.go), or by compare-and-set on a plain read
-// of the row (cas.go), or, when the row changed meanwhile, in a transaction holding the
-// row. A key without a row is handed to decide as a free row (token 0), and nothing is
-// written for it.
-func (b *Backend) change(ctx context.Context, op fusedOp, decide func(r row) (*row, error)) error {
-	key := op.key
-	r, found, applied, err := b.read(ctx, op)
+// change runs decide on key's row and writes back the row it returns: by compare-and-set
+// on a plain read of the row (cas.go), or, when the row changed meanwhile, in a transaction
+// holding the row. A key without a row is handed to decide as a free row (token 0), and
+// nothing is written for it.
+func (b *Backend) change(ctx context.Context, key string, decide func(r row) (*row, error)) error {
+	r, found, err := b.peek(ctx, key)
 	if err != nil {
-		return err
-	}
-	if applied { // decide's decision on r, written: decide only fills in the answer
-		_, err := decide(r)
-		return err
+		return lock.Unavailable(ctx, b.d.Name, err)
 	}
 	if found {
 		if done, err := b.casDecision(ctx, key, r, decide); done {
@@ -432,23 +418,6 @@ func (b *Backend) change(ctx context.Context, op fusedOp, decide func(r row) (*r
 		}
 	}
 	return b.inTx(ctx, key, missingFree, func(_ *sql.Tx, r row) (*row, error) { return decide(r) })
-}
-
-// read reads key's row for op (op.key): first with op's fused statement where the dialect
-// has them (fused.go), applied saying that op's decision on r is written, and when that
-// writes nothing with a plain read.
-func (b *Backend) read(ctx context.Context, op fusedOp) (r row, found, applied bool, err error) {
-	if b.d.FusedWrites {
-		r, applied, err := b.fuse(ctx, op)
-		if err != nil || applied {
-			return r, applied, applied, err
-		}
-	}
-	r, found, err = b.peek(ctx, op.key)
-	if err != nil {
-		return row{}, false, false, lock.Unavailable(ctx, b.d.Name, err)
-	}
-	return r, found, false, nil
 }
 
 // Inspect implements lock.Backend.

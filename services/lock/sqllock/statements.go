@@ -11,7 +11,6 @@ import (
 // transaction holds its row lock across them.
 type statements struct {
 	peekRow, lockRow, insertRow, update, casUpdate, lockFloor *sql.Stmt
-	fused                                                     [fusedKinds]*sql.Stmt // by kind (fused.go); none without Dialect.FusedWrites
 
 	mu     sync.Mutex
 	closed bool
@@ -48,15 +47,6 @@ func (s *statements) prepare(ctx context.Context, db *sql.DB, d Dialect) error {
 		}
 		*p.st = st
 	}
-	if d.FusedWrites {
-		for kind := fusedAcquire; kind < fusedKinds; kind++ {
-			st, err := db.PrepareContext(ctx, fusedSQL(d, kind))
-			if err != nil {
-				return err
-			}
-			s.fused[kind] = st
-		}
-	}
 	return nil
 }
 
@@ -81,7 +71,7 @@ func (s *statements) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for _, st := range append([]*sql.Stmt{s.peekRow, s.lockRow, s.insertRow, s.update, s.casUpdate, s.lockFloor}, append(s.fused[:], s.peeks[:]...)...) {
+	for _, st := range append([]*sql.Stmt{s.peekRow, s.lockRow, s.insertRow, s.update, s.casUpdate, s.lockFloor}, s.peeks[:]...) {
 		if st != nil {
 			st.Close()
 		}
