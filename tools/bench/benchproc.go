@@ -116,6 +116,7 @@ func serveArgs(scfg serveConfig) (args, env []string) {
 	for _, f := range []struct{ name, value string }{
 		{"redis-addr", scfg.redisAddr}, {"redlock-addrs", scfg.redlockAddrs},
 		{"zk-addrs", scfg.zkAddrs}, {"lock-scope", scfg.lockScope}, {"sqlite-synchronous", scfg.sqliteSync},
+		{"postgres-schema", scfg.pgSchema},
 	} {
 		if f.value != "" {
 			args = append(args, "--"+f.name+"="+f.value)
