@@ -114,6 +114,7 @@ type Backend struct {
 	slots chan struct{}                    // TryAcquires at once; nil: no bound
 	group *batch.Coalescer[txJob, bool]    // group commit (group.go); nil: off
 	peeks *batch.Coalescer[string, peeked] // batched plain reads (peeks.go)
+	cases *batch.Coalescer[casJob, bool]   // batched compare-and-set (cas.go); nil: off
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -188,6 +189,7 @@ func New(ctx context.Context, db *sqldb.DB, cfg Config) (*Backend, error) {
 	b.reserveConns(db.Stats().MaxOpenConnections)
 	b.startGroupCommit()
 	b.startPeeks()
+	b.startBatchedCAS()
 	if err := b.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("sqllock: %s schema: %w", d.Name, err)
 	}

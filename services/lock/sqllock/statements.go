@@ -15,6 +15,7 @@ type statements struct {
 	mu     sync.Mutex
 	closed bool
 	peeks  [peekBatch + 1]*sql.Stmt // batched reads by number of keys, prepared when first used
+	cases  [casBatch + 1]*sql.Stmt  // batched compare-and-sets by number of rows (cas.go), likewise
 }
 
 // rowColumns are the columns scanRow reads, the database clock last.
@@ -67,11 +68,28 @@ func (s *statements) peekMany(ctx context.Context, db *sql.DB, d Dialect, n int)
 	return s.peeks[n], nil
 }
 
+// casMany is the prepared batched compare-and-set of n rows (cas.go), 2 ≤ n ≤ casBatch.
+func (s *statements) casMany(ctx context.Context, db *sql.DB, d Dialect, n int) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, sql.ErrConnDone
+	}
+	if s.cases[n] == nil {
+		st, err := db.PrepareContext(ctx, casManySQL(d, n))
+		if err != nil {
+			return nil, err
+		}
+		s.cases[n] = st
+	}
+	return s.cases[n], nil
+}
+
 func (s *statements) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for _, st := range append([]*sql.Stmt{s.peekRow, s.lockRow, s.insertRow, s.update, s.casUpdate, s.lockFloor}, s.peeks[:]...) {
+	for _, st := range append([]*sql.Stmt{s.peekRow, s.lockRow, s.insertRow, s.update, s.casUpdate, s.lockFloor}, append(s.cases[:], s.peeks[:]...)...) {
 		if st != nil {
 			st.Close()
 		}
