@@ -106,7 +106,7 @@ const (
 	casBatch = 16
 	// casInFlight is how many batched UPDATEs run at once before further compare-and-sets
 	// wait to be batched.
-	casInFlight = 4
+	casInFlight = 2
 )
 
 // casJob is one compare-and-set of a batch.

@@ -64,7 +64,8 @@
 //
 // Acquire, Release and Renew decide on that plain read and write the decision with one
 // UPDATE that applies only to the row exactly as read (cas.go); only when the row changed
-// meanwhile do they run the transaction described above. On a pool of more than 4 connections a backend runs
+// meanwhile do they run the transaction described above. On PostgreSQL the conditional
+// writes of concurrent operations go out together, as one statement (cas.go). On a pool of more than 4 connections a backend runs
 // at most that many less 4 attempts at once, and never more than 12 (12 of OpenMySQL's 16),
 // keeping the others for Release, Renew and Inspect, and on a shared pool for other services.
 //
