@@ -134,12 +134,8 @@ func (b *Backend) runCAS(ctx context.Context, jobs []casJob) ([]batch.Result[boo
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(i, j int) int { return strings.Compare(jobs[i].key, jobs[j].key) })
-	// A power-of-two number of rows, filled with rows no lock row can match (token -1): a
-	// few prepared statements (2, 4, 8, 16 rows) on each connection instead of one per count.
-	n := 2
-	for n < len(jobs) {
-		n *= 2
-	}
+	// batchRows rows, filled with rows no lock row can match (token -1).
+	n := batchRows(len(jobs))
 	args := make([]any, 0, 14*n+1)
 	for _, i := range order {
 		j := jobs[i]
