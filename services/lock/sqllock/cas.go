@@ -92,14 +92,15 @@ func (b *Backend) casDecision(ctx context.Context, key string, r row, decide fun
 }
 
 // Batched compare-and-set (PostgreSQL, Dialect.BatchedCAS). The compare-and-sets that callers
-// start while others are in flight go out together, through a batch.Coalescer, as one
+// start while casInFlight are in flight go out together, through a batch.Coalescer, as one
 // UPDATE … FROM (VALUES …) of up to casBatch rows: one statement, one round trip and one
 // commit (one WAL flush) for all of them, each row still written only when it is exactly as
-// its operation read it. The rows are listed in key order, the order in which the UPDATE
-// visits and locks them, so two batches on the same keys cannot deadlock each other (one
-// that is chosen as a deadlock victim applied nothing, and its operations run their
-// transactions). When two operations of one batch expect the same row, at most one writes;
-// the others find it changed, as they would one after the other.
+// its operation read it. The rows are listed in key order, the order in which the UPDATE's
+// plan (a nested loop over the list) visits and locks them, so two batches on the same keys
+// do not deadlock each other (one chosen as a deadlock victim all the same applied nothing,
+// and its operations run their transactions). When two operations of one batch expect the
+// same row, at most one writes; the others find it changed, as they would one after the
+// other.
 
 const (
 	// casBatch caps the compare-and-sets of one batched UPDATE.
