@@ -29,6 +29,7 @@ type serveConfig struct {
 	zkAddrs      string
 	mysqlDSN     string
 	pgURL        string
+	pgSchema     string // the schema of the service's PostgreSQL tables; empty: coord's default
 	lockScope    string
 	logLevel     string
 	logFormat    string
@@ -115,7 +116,7 @@ const mysqlConns, postgresConns = 32, 32
 
 // postgresURLFlag adds --postgres-url, the database of service/postgres, to fs.
 func postgresURLFlag(fs *pflag.FlagSet, url *string) {
-	fs.StringVar(url, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable&options=-c%20synchronous_commit%3Don", "PostgreSQL for service/postgres (its locks in the schema coordkit)")
+	fs.StringVar(url, "postgres-url", "postgres://postgres@127.0.0.1:5432/coordkit?sslmode=disable&options=-c%20synchronous_commit%3Don", "PostgreSQL for service/postgres (its locks in a schema of the run's own, dropped after it)")
 }
 
 // startService starts the lock service in this process on a loopback port, from the lock
@@ -148,7 +149,7 @@ func startService(ctx context.Context, scfg serveConfig) (string, func() error, 
 		deps.MySQL = db
 	}
 	if scfg.pgURL != "" {
-		db, err := sqldb.OpenPostgres(ctx, scfg.pgURL, sqldb.PostgresConfig{MaxConns: postgresConns})
+		db, err := sqldb.OpenPostgres(ctx, scfg.pgURL, sqldb.PostgresConfig{Schema: scfg.pgSchema, MaxConns: postgresConns})
 		if err != nil {
 			return "", nil, closers.Fail(fmt.Errorf("bench: --postgres-url: %w", err))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/coordkit/coordkit/libs/sqldb"
 	"io"
 	"os"
 	"runtime"
@@ -309,6 +310,12 @@ func openService(ctx context.Context, cfg benchConfig, closers *service.Closers,
 	}
 	closers.Add(removeDir) // after the service stopped: closers close last added first
 	scfg := benchServeConfig(cfg, dataDir)
+	if scfg.pgURL != "" {
+		// A schema of the run's own, dropped after it: the rows and dead row versions of
+		// earlier runs (a dev server may run without autovacuum) do not slow this one.
+		scfg.pgSchema = "coordkit_lockbench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		closers.Add(func() error { return dropSchema(context.WithoutCancel(ctx), scfg.pgURL, scfg.pgSchema) })
+	}
 	if cfg.inProcess {
 		url, stop, err := startService(ctx, scfg)
 		if err != nil {
@@ -536,4 +543,17 @@ func worker(ctx context.Context, pair pairFunc, key string, from, end time.Time)
 		r.latencies = append(r.latencies, done.Sub(start))
 	}
 	return r
+}
+
+// dropSchema drops the PostgreSQL schema a run's service kept its tables in.
+func dropSchema(ctx context.Context, url, schema string) error {
+	db, err := sqldb.OpenPostgres(ctx, url, sqldb.PostgresConfig{Schema: schema, MaxConns: 1})
+	if err != nil {
+		return fmt.Errorf("bench: drop schema %s: %w", schema, err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "DROP SCHEMA "+sqldb.QuoteIdent(schema)+" CASCADE"); err != nil {
+		return fmt.Errorf("bench: drop schema %s: %w", schema, err)
+	}
+	return nil
 }

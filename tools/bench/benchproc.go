@@ -116,10 +116,16 @@ func serveArgs(scfg serveConfig) (args, env []string) {
 	for _, f := range []struct{ name, value string }{
 		{"redis-addr", scfg.redisAddr}, {"redlock-addrs", scfg.redlockAddrs},
 		{"zk-addrs", scfg.zkAddrs}, {"lock-scope", scfg.lockScope}, {"sqlite-synchronous", scfg.sqliteSync},
+		{"postgres-schema", scfg.pgSchema},
 	} {
 		if f.value != "" {
 			args = append(args, "--"+f.name+"="+f.value)
 		}
+	}
+	if scfg.mysqlDSN != "" && scfg.pgURL != "" {
+		// coord serve refuses to guess where ID segments live when both databases are
+		// set; the lock bench takes no IDs, so the data dir's SQLite file serves.
+		args = append(args, "--id-store=sqlite")
 	}
 	if scfg.mysqlDSN != "" {
 		env = append(env, config.EnvName("mysql-dsn")+"="+scfg.mysqlDSN)

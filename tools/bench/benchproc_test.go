@@ -212,6 +212,9 @@ func TestServeArgsKeepSecretsOff(t *testing.T) {
 			t.Errorf("command line argument %q shows a password", a)
 		}
 	}
+	if !slices.Contains(args, "--id-store=sqlite") { // both databases set: coord serve would refuse to choose
+		t.Errorf("command line %v names no --id-store", args)
+	}
 	for _, want := range []string{config.EnvName("mysql-dsn") + "=root:mysql-secret@tcp(h:3306)/db", config.EnvName("postgres-url") + "=postgres://u:pg-secret@h:5432/db"} {
 		if !slices.Contains(env, want) {
 			t.Errorf("environment %v lacks %s", env, want)

@@ -36,6 +36,10 @@ type Dialect struct {
 	// Serialized says that a write transaction locks the whole database (SQLite's BEGIN
 	// IMMEDIATE): transactions run one at a time anyway, so they are grouped (group.go).
 	Serialized bool
+	// BatchedCAS says that concurrent compare-and-sets go out together as one UPDATE … FROM
+	// (VALUES …) (cas.go): PostgreSQL, where one statement and one commit for many rows
+	// costs less than one each.
+	BatchedCAS bool
 }
 
 // SQLite is the dialect of modernc.org/sqlite. Open the database with OpenSQLite so that
@@ -168,6 +172,7 @@ var Postgres = Dialect{
 	ColumnExists: "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?",
 	AddHolderID:  `ALTER TABLE coordkit_lock_leases ADD COLUMN IF NOT EXISTS holder_id TEXT COLLATE "C" NOT NULL DEFAULT ''`,
 	InsertInTx:   true,
+	BatchedCAS:   true,
 }
 
 // dialectOf is the lock dialect of an engine's dialect, chosen by its name.

@@ -67,12 +67,8 @@ func (b *Backend) runPeeks(ctx context.Context, keys []string) ([]batch.Result[p
 			args = append(args, k)
 		}
 	}
-	// The IN list has a power-of-two length, the last key repeated to fill it: a few
-	// prepared statements (2, 4, 8, 16 keys) on each connection instead of one per length.
-	n := 2
-	for n < len(args)-1 {
-		n *= 2
-	}
+	// The IN list has batchRows' length, the last key repeated to fill it.
+	n := batchRows(len(args) - 1)
 	for len(args)-1 < n {
 		args = append(args, args[len(args)-1])
 	}

@@ -53,6 +53,10 @@ func TestNewOnSharedPool(t *testing.T) {
 			if grouped := b.group != nil; grouped != (db.Dialect.Name == "sqlite") {
 				t.Fatalf("group commit %v on %s", grouped, db.Dialect.Name)
 			}
+			// Only PostgreSQL batches compare-and-sets into one UPDATE … FROM (VALUES …).
+			if batched := b.cases != nil; batched != (db.Dialect.Name == "postgres") {
+				t.Fatalf("batched compare-and-set %v on %s", batched, db.Dialect.Name)
+			}
 			if err := b.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}

@@ -64,7 +64,8 @@
 //
 // Acquire, Release and Renew decide on that plain read and write the decision with one
 // UPDATE that applies only to the row exactly as read (cas.go); only when the row changed
-// meanwhile do they run the transaction described above. On a pool of more than 4 connections a backend runs
+// meanwhile do they run the transaction described above. On PostgreSQL the conditional
+// writes of concurrent operations go out together, as one statement (cas.go). On a pool of more than 4 connections a backend runs
 // at most that many less 4 attempts at once, and never more than 12 (12 of OpenMySQL's 16),
 // keeping the others for Release, Renew and Inspect, and on a shared pool for other services.
 //
@@ -115,6 +116,7 @@ type Backend struct {
 	group *batch.Coalescer[txJob, bool]    // group commit (group.go); nil: off
 	peeks *batch.Coalescer[string, peeked] // batched plain reads (peeks.go)
 	steps stepStatements                   // a batch's set statements (steps.go)
+	cases *batch.Coalescer[casJob, bool]   // batched compare-and-set (cas.go); nil: off
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -189,6 +191,7 @@ func New(ctx context.Context, db *sqldb.DB, cfg Config) (*Backend, error) {
 	b.reserveConns(db.Stats().MaxOpenConnections)
 	b.startGroupCommit()
 	b.startPeeks()
+	b.startBatchedCAS()
 	if err := b.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("sqllock: %s schema: %w", d.Name, err)
 	}

@@ -15,6 +15,7 @@ type statements struct {
 	mu     sync.Mutex
 	closed bool
 	peeks  [peekBatch + 1]*sql.Stmt // batched reads by number of keys, prepared when first used
+	cases  [casBatch + 1]*sql.Stmt  // batched compare-and-sets by number of rows (cas.go), likewise
 }
 
 // rowColumns are the columns scanRow reads, the database clock last.
@@ -52,26 +53,47 @@ func (s *statements) prepare(ctx context.Context, db *sql.DB, d Dialect) error {
 
 // peekMany is the prepared batched read of n keys (peeks.go), 1 ≤ n ≤ peekBatch.
 func (s *statements) peekMany(ctx context.Context, db *sql.DB, d Dialect, n int) (*sql.Stmt, error) {
+	return s.batched(ctx, db, &s.peeks[n], func() string { return peekManySQL(d, n) })
+}
+
+// casMany is the prepared batched compare-and-set of n rows (cas.go), 2 ≤ n ≤ casBatch.
+func (s *statements) casMany(ctx context.Context, db *sql.DB, d Dialect, n int) (*sql.Stmt, error) {
+	return s.batched(ctx, db, &s.cases[n], func() string { return casManySQL(d, n) })
+}
+
+// batched is *st, a batched statement prepared from q when first used.
+func (s *statements) batched(ctx context.Context, db *sql.DB, st **sql.Stmt, q func() string) (*sql.Stmt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, sql.ErrConnDone
 	}
-	if s.peeks[n] == nil {
-		st, err := db.PrepareContext(ctx, peekManySQL(d, n))
+	if *st == nil {
+		prepared, err := db.PrepareContext(ctx, q())
 		if err != nil {
 			return nil, err
 		}
-		s.peeks[n] = st
+		*st = prepared
 	}
-	return s.peeks[n], nil
+	return *st, nil
+}
+
+// batchRows is the number of rows a batched statement of n items lists: a power of two, at
+// least 2, so that each connection prepares a few statements (2, 4, 8, 16) instead of one per
+// count.
+func batchRows(n int) int {
+	rows := 2
+	for rows < n {
+		rows *= 2
+	}
+	return rows
 }
 
 func (s *statements) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for _, st := range append([]*sql.Stmt{s.peekRow, s.lockRow, s.insertRow, s.update, s.casUpdate, s.lockFloor}, s.peeks[:]...) {
+	for _, st := range append([]*sql.Stmt{s.peekRow, s.lockRow, s.insertRow, s.update, s.casUpdate, s.lockFloor}, append(s.cases[:], s.peeks[:]...)...) {
 		if st != nil {
 			st.Close()
 		}

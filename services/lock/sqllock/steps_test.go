@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/lock"
 )
 
@@ -107,8 +108,8 @@ func must[T any](v T, err error) T {
 func TestRunStepsChunkBoundary(t *testing.T) {
 	t.Parallel()
 	forEngine(t, func(t *testing.T, e engine) {
-		if raceEnabled && e.name == "sqlite" {
-			t.Skip("over 500 keys take seconds on SQLite under the race detector (see raceEnabled); the chunking is every engine's same code")
+		if testenv.Race && e.name == "sqlite" {
+			t.Skip("over 500 keys take seconds on SQLite under the race detector (see testenv.Race); the chunking is every engine's same code")
 		}
 		ctx := context.Background()
 		b := e.newStore(t).open(t, Config{ReclaimInterval: Off})
@@ -168,8 +169,8 @@ func TestRunStepsRacesSingleCalls(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine) {
 		ctx := context.Background()
 		keys := 1000
-		if raceEnabled && e.name == "sqlite" {
-			keys = 100 // see raceEnabled; SQLite runs its writers one at a time anyway
+		if testenv.Race && e.name == "sqlite" {
+			keys = 100 // testenv.Race: SQLite runs its writers one at a time anyway
 		}
 		s := e.newStore(t)
 		batcher := s.open(t, Config{ReclaimInterval: Off})
@@ -330,8 +331,8 @@ func TestRunStepsBatchesRaceBatches(t *testing.T) {
 	forEngine(t, func(t *testing.T, e engine) {
 		ctx := context.Background()
 		keys := stepChunk + 40
-		if raceEnabled && e.name == "sqlite" {
-			keys = 64 // see raceEnabled; SQLite runs its writers one at a time anyway
+		if testenv.Race && e.name == "sqlite" {
+			keys = 64 // testenv.Race: SQLite runs its writers one at a time anyway
 		}
 		s := e.newStore(t)
 		instances := []*Backend{s.open(t, Config{ReclaimInterval: Off}), s.open(t, Config{ReclaimInterval: Off})}
