@@ -109,6 +109,13 @@ pg_up() {
     pg_psql "ALTER SYSTEM SET synchronous_commit = off"
     pg_psql "SELECT pg_reload_conf()" >/dev/null
   fi
+  # Some images start PostgreSQL with autovacuum off; the tests update the same rows hundreds
+  # of thousands of times, and without it every run reads through the dead versions of the ones
+  # before.
+  if [ "$(pg_psql 'SHOW autovacuum')" != on ]; then
+    pg_psql "ALTER SYSTEM SET autovacuum = on"
+    pg_psql "SELECT pg_reload_conf()" >/dev/null
+  fi
   if [ "$(pg_psql 'SHOW max_connections')" -lt 500 ]; then
     log "raising postgresql max_connections to 500 (restart)"
     pg_psql "ALTER SYSTEM SET max_connections = 500"
