@@ -373,3 +373,41 @@ func TestRunStepsBatchesRaceBatches(t *testing.T) {
 		}
 	})
 }
+
+// TestRunStepsConcurrentSizes runs batches of every padded size at once on a fresh backend, so
+// some prepare their statements while others hold a connection in a chunk's transaction:
+// on SQLite, whose pool has one connection, a preparer holding the statement cache's lock
+// while it waited for that connection used to deadlock with the chunk that held it.
+func TestRunStepsConcurrentSizes(t *testing.T) {
+	t.Parallel()
+	forEngine(t, func(t *testing.T, e engine) {
+		b := e.newStore(t).open(t, Config{ReclaimInterval: Off})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for n := 1; n <= 64; n *= 2 {
+					steps := make([]*lock.Step, n+g%3)
+					for i := range steps {
+						steps[i] = acq(fmt.Sprintf("size%d-%d-%d", g, n, i), "batch").step()
+					}
+					b.RunSteps(ctx, steps)
+					for _, st := range steps {
+						if st.Err != nil || !st.Attempt.Acquired {
+							t.Errorf("acquire of %q: %+v %v", st.Key, st.Attempt, st.Err)
+							return
+						}
+					}
+				}
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatal("batches of several sizes at once did not finish in 2 minutes: deadlocked")
+		}
+	})
+}

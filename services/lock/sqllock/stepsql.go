@@ -40,23 +40,36 @@ func padded(n int) int { return 1 << bits.Len(uint(n-1)) }
 // prepare prepares, on db, every statement of at most upTo rows (a padded length) that is
 // not prepared yet; sqls[s] is statement s's text for n rows, nil for one sent unprepared.
 // It runs before the chunk's transaction begins: preparing inside it would wait for a
-// second connection of the pool, which may have none to give (SQLite has one).
+// second connection of the pool, which may have none to give (SQLite has one). Nor does it
+// hold ss.mu while it waits for a connection: a chunk holding the pool's only connection
+// calls get, which takes ss.mu, before it gives the connection back.
 func (ss *stepStatements) prepare(ctx context.Context, db *sql.DB, sqls [stepStmts]func(n int) string, upTo int) error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.closed {
-		return sql.ErrConnDone
-	}
 	for s, q := range sqls {
 		for i := 0; q != nil && 1<<i <= upTo; i++ {
-			if ss.stmts[s][i] != nil {
+			ss.mu.Lock()
+			closed, have := ss.closed, ss.stmts[s][i] != nil
+			ss.mu.Unlock()
+			if closed {
+				return sql.ErrConnDone
+			}
+			if have {
 				continue
 			}
 			st, err := db.PrepareContext(ctx, q(1<<i))
 			if err != nil {
 				return err
 			}
-			ss.stmts[s][i] = st
+			ss.mu.Lock()
+			if ss.closed || ss.stmts[s][i] != nil { // closed meanwhile, or prepared by another chunk
+				st.Close()
+			} else {
+				ss.stmts[s][i] = st
+			}
+			closed = ss.closed
+			ss.mu.Unlock()
+			if closed {
+				return sql.ErrConnDone
+			}
 		}
 	}
 	return nil
