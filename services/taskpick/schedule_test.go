@@ -57,6 +57,7 @@ func testSchedules(t *testing.T, b backendCase) {
 		{"PauseResumeDelete", testSchedulePauseResumeDelete},
 		{"MissedTicksSkipOrRunOnce", testScheduleMissed},
 		{"PutReplacesListPagesZones", testSchedulePutList},
+		{"PutWhileFiringWinsWhole", testSchedulePutWhileFiring},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, b, newFakeClock(time.Date(2100+10*i, 1, 1, 0, 0, 0, 500e6, time.UTC)))
@@ -228,6 +229,47 @@ func testScheduleRacingFires(t *testing.T, b backendCase, clk *fakeClock) {
 	}
 	if got := taskIDs(t, in, p); len(got) != 1 {
 		t.Fatalf("tasks %v, want one", got)
+	}
+}
+
+// testSchedulePutWhileFiring replaces a schedule with another spec and template whose next
+// tick is the same while a fire planned from the old one is in flight: the fire must apply
+// before the put or not at all, never the old plan over the new schedule (which would leave
+// it due at a time its spec never ticks, putting the old template).
+func testSchedulePutWhileFiring(t *testing.T, b backendCase, clk *fakeClock) {
+	open := scheduleStore(t, b)
+	store := open(t)
+	in := startInstance(t, b.name, store, nil, func(cfg *taskpick.Config) { cfg.Clock, cfg.ScheduleInterval = clk.Now, time.Hour })
+	p := pool(t, "sched-reput")
+	tick := clk.Tick(1) // a tick of both specs: second 1 of the minute
+	putSchedule(t, in, &taskpickv1.PutScheduleRequest{Pool: p, Name: "s", Spec: "* * * * * *", Template: &taskpickv1.ScheduleTemplate{Payload: []byte("old")}})
+	put := make(chan error, 1)
+	_, err := store.FireDue(ctx, tick, 10, func(s taskpick.Schedule) taskpick.Fire {
+		if s.Pool != p {
+			return taskpick.Fire{Fired: s.NextFire, Next: s.NextFire.Add(time.Hour)}
+		}
+		go func() {
+			_, err := in.client.PutSchedule(ctx, &taskpickv1.PutScheduleRequest{Pool: p, Name: "s", Spec: "1 * * * * *",
+				Template: &taskpickv1.ScheduleTemplate{Payload: []byte("new")}})
+			put <- err
+		}()
+		select { // SQL holds the row until the fire commits; Redis puts at once
+		case err := <-put:
+			put <- err
+		case <-time.After(300 * time.Millisecond):
+		}
+		return taskpick.Fire{Fired: s.NextFire, Next: s.NextFire.Add(time.Second),
+			Task: &taskpick.NewTask{ID: taskpick.ScheduledTaskID(s.Name, s.NextFire), Payload: s.Payload, MaxAttempts: 1}}
+	})
+	if err != nil {
+		t.Fatalf("FireDue: %v", err)
+	}
+	if err := <-put; err != nil {
+		t.Fatalf("PutSchedule: %v", err)
+	}
+	sc := getSchedule(t, in, p, "s")
+	if nf := sc.GetNextFire().AsTime(); sc.GetSpec() != "1 * * * * *" || nf.Second() != 1 {
+		t.Fatalf("schedule %s due at %v: the old plan applied over the new spec", sc.GetSpec(), nf)
 	}
 }
 

@@ -18,7 +18,8 @@ import (
 //	<prefix>:{T}:schdue:<pool>         running schedules by next fire (Unix ms)
 //	<prefix>:{T}:sch:<pool>\0<name>    the schedule hash: s spec, z zone, p payload,
 //	                                   pr priority, ma max attempts, mi missed, pa paused,
-//	                                   lf last fire (ms, 0 before the first)
+//	                                   lf last fire (ms, 0 before the first), v version
+//	                                   (counts PutSchedules; absent before the first)
 //	<prefix>:schedpools                pool -> generation: the pools a fire pass visits
 //
 // A schedule is in schdue while it runs and has a next tick. The pools hash is written before
@@ -59,6 +60,7 @@ end
 var putSchedScript = redis.NewScript(prelude + schedPrelude + `
 local created = 1 - redis.call('EXISTS', K_SCH)
 redis.call('HSET', K_SCH, 's', ARGV[3], 'z', ARGV[4], 'p', ARGV[5], 'pr', ARGV[6], 'ma', ARGV[7], 'mi', ARGV[8])
+redis.call('HINCRBY', K_SCH, 'v', 1)
 if created == 1 then redis.call('HSET', K_SCH, 'pa', 0, 'lf', 0) end
 redis.call('ZADD', K_NAMES, 0, NAME)
 local nf = tonumber(ARGV[9])
@@ -101,12 +103,15 @@ return {1, 0}
 
 // fireSchedScript applies one Fire: ARGV[3] the next fire it was planned from, ARGV[4] the
 // new next fire (-1: none), ARGV[5] the fired tick, then the task (ARGV[6] id, "" for none,
-// ARGV[7] payload, ARGV[8] priority, ARGV[9] max attempts). Returns -1 when the schedule's
-// next fire is no longer ARGV[3] (another instance fired it, or it was paused, deleted or
-// put again), else whether the task was added.
+// ARGV[7] payload, ARGV[8] priority, ARGV[9] max attempts), ARGV[10] the version it was
+// planned from. Returns -1 when the schedule's next fire is no longer ARGV[3] (another
+// instance fired it, or it was paused or deleted) or it was put again (its version moved:
+// a put of another spec or template with the same next tick must not get the old plan),
+// else whether the task was added.
 var fireSchedScript = redis.NewScript(prelude + schedPrelude + `
 local nf = redis.call('ZSCORE', K_DUE, NAME)
 if not nf or tonumber(nf) ~= tonumber(ARGV[3]) then return -1 end
+if (redis.call('HGET', K_SCH, 'v') or '0') ~= ARGV[10] then return -1 end
 if tonumber(ARGV[4]) >= 0 then
   redis.call('ZADD', K_DUE, ARGV[4], NAME)
 else
@@ -256,16 +261,16 @@ func (b *Backend) DeleteSchedule(ctx context.Context, pool, name string) error {
 }
 
 // dueSchedScript reads up to ARGV[3] running schedules due at ARGV[4] (ms): per schedule its
-// name, then read()'s fields. The last key, the hash of the schedule named "", is every
+// name, then read()'s fields, then its version. The last key, the hash of the schedule named "", is every
 // schedule hash's prefix.
 var dueSchedScript = redis.NewScript(prelude + `
 local K_DUE, prefix = KEYS[#KEYS - 1], KEYS[#KEYS]
 local names = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', ARGV[4], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for i = 1, #names, 2 do
-  local f = redis.call('HMGET', prefix .. names[i], 's', 'z', 'p', 'pr', 'ma', 'mi', 'pa', 'lf')
+  local f = redis.call('HMGET', prefix .. names[i], 's', 'z', 'p', 'pr', 'ma', 'mi', 'pa', 'lf', 'v')
   if f[1] then
-    out[#out + 1] = {names[i], 1, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], names[i + 1]}
+    out[#out + 1] = {names[i], 1, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], names[i + 1], f[9] or '0'}
   end
 end
 return out
@@ -283,7 +288,11 @@ func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan fu
 	if err != nil {
 		return nil, b.fail(ctx, err)
 	}
-	var due []taskpick.Schedule
+	type dueSchedule struct {
+		taskpick.Schedule
+		version string
+	}
+	var due []dueSchedule
 	for _, pool := range pools {
 		if len(due) >= limit {
 			break
@@ -298,7 +307,7 @@ func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan fu
 			if err != nil || s.Paused || s.NextFire.IsZero() || s.NextFire.After(now) {
 				continue
 			}
-			due = append(due, s)
+			due = append(due, dueSchedule{s, str(row[11])})
 		}
 	}
 	var (
@@ -309,8 +318,8 @@ func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan fu
 		slots = make(chan struct{}, fireConcurrency)
 	)
 	for _, s := range due {
-		f := plan(s)
-		args := []any{s.NextFire.UnixMilli(), millisOrNone(f.Next), f.Fired.UnixMilli(), "", "", 0, 0}
+		f := plan(s.Schedule)
+		args := []any{s.NextFire.UnixMilli(), millisOrNone(f.Next), f.Fired.UnixMilli(), "", "", 0, 0, s.version}
 		if f.Task != nil {
 			args[3], args[4], args[5], args[6] = f.Task.ID, f.Task.Payload, f.Task.Priority, f.Task.MaxAttempts
 		}
