@@ -58,6 +58,7 @@ func testSchedules(t *testing.T, b backendCase) {
 		{"MissedTicksSkipOrRunOnce", testScheduleMissed},
 		{"PutReplacesListPagesZones", testSchedulePutList},
 		{"PutWhileFiringWinsWhole", testSchedulePutWhileFiring},
+		{"TemplateTakesPoolDefault", testScheduleTemplateDefault},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, b, newFakeClock(time.Date(2100+10*i, 1, 1, 0, 0, 0, 500e6, time.UTC)))
@@ -270,6 +271,24 @@ func testSchedulePutWhileFiring(t *testing.T, b backendCase, clk *fakeClock) {
 	sc := getSchedule(t, in, p, "s")
 	if nf := sc.GetNextFire().AsTime(); sc.GetSpec() != "1 * * * * *" || nf.Second() != 1 {
 		t.Fatalf("schedule %s due at %v: the old plan applied over the new spec", sc.GetSpec(), nf)
+	}
+}
+
+// testScheduleTemplateDefault: a template without max_attempts puts tasks as a Put without
+// one does, with the pool's default attempts, read when the task is put.
+func testScheduleTemplateDefault(t *testing.T, b backendCase, clk *fakeClock) {
+	in := schedulers(t, b, clk, 1)[0]
+	p := pool(t, "sched-default")
+	sc := putSchedule(t, in, &taskpickv1.PutScheduleRequest{Pool: p, Name: "d", Spec: "* * * * * *"})
+	if got := sc.GetTemplate().GetMaxAttempts(); got != 0 {
+		t.Fatalf("template max_attempts %d, want 0 (unset: the pool's default)", got)
+	}
+	n := uint32(3)
+	setSettings(t, in, p, &taskpickv1.PoolSettings{MaxAttempts: &n})
+	clk.Add(time.Second)
+	waitFired(t, in, p, "d", clk.Tick(0))
+	if got := get(t, in, p, taskpick.ScheduledTaskID("d", clk.Tick(0))).GetMaxAttempts(); got != n {
+		t.Fatalf("scheduled task max_attempts %d, want the pool's %d", got, n)
 	}
 }
 

@@ -24,10 +24,7 @@ func (s *Service) PutSchedule(ctx context.Context, req *taskpickv1.PutScheduleRe
 	if len(tpl.GetPayload()) > MaxPayloadBytes {
 		return nil, server.InvalidField("template.payload", "is %d bytes, the limit is %d", len(tpl.GetPayload()), MaxPayloadBytes)
 	}
-	maxA := tpl.GetMaxAttempts()
-	if maxA == 0 {
-		maxA = DefaultMaxAttempts
-	}
+	maxA := tpl.GetMaxAttempts() // 0: the pool's default when each task is put, as for Put
 	if maxA > MaxAttempts {
 		return nil, server.InvalidField("template.max_attempts", "%d is over the limit %d", maxA, MaxAttempts)
 	}
