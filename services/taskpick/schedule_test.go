@@ -233,8 +233,8 @@ func testScheduleRacingFires(t *testing.T, b backendCase, clk *fakeClock) {
 	}
 }
 
-// testSchedulePutWhileFiring replaces a schedule with another spec and template whose next
-// tick is the same while a fire planned from the old one is in flight: the fire must apply
+// testSchedulePutWhileFiring deletes a schedule and puts it again with another spec and
+// template whose next tick is the same while a fire planned from the old one is in flight: the fire must apply
 // before the put or not at all, never the old plan over the new schedule (which would leave
 // it due at a time its spec never ticks, putting the old template).
 func testSchedulePutWhileFiring(t *testing.T, b backendCase, clk *fakeClock) {
@@ -249,7 +249,11 @@ func testSchedulePutWhileFiring(t *testing.T, b backendCase, clk *fakeClock) {
 		if s.Pool != p {
 			return taskpick.Fire{Fired: s.NextFire, Next: s.NextFire.Add(time.Hour)}
 		}
-		go func() {
+		go func() { // deleted first: a schedule made anew must not look like the one planned from
+			if _, err := in.client.DeleteSchedule(ctx, &taskpickv1.DeleteScheduleRequest{Pool: p, Name: "s"}); err != nil {
+				put <- err
+				return
+			}
 			_, err := in.client.PutSchedule(ctx, &taskpickv1.PutScheduleRequest{Pool: p, Name: "s", Spec: "1 * * * * *",
 				Template: &taskpickv1.ScheduleTemplate{Payload: []byte("new")}})
 			put <- err
