@@ -1,6 +1,7 @@
 package taskpick_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/sqldb"
@@ -501,5 +503,75 @@ func TestScheduleStorm(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// listCounting records the largest ListSchedules limit its backend was asked for.
+type listCounting struct {
+	taskpick.Backend
+	most atomic.Int64
+}
+
+func (l *listCounting) ListSchedules(ctx context.Context, pool, after string, limit int) ([]taskpick.Schedule, error) {
+	for m := l.most.Load(); int64(limit) > m && !l.most.CompareAndSwap(m, int64(limit)); m = l.most.Load() {
+	}
+	return l.Backend.ListSchedules(ctx, pool, after, limit)
+}
+
+// TestListSchedulesReadsInChunks: a page of up to 1,000 schedules, each with a template of
+// up to 256 KiB, is read from the backend a bounded chunk at a time, not whole only to be
+// cut at the 4 MiB answer limit, and the pages still list every schedule once, in order.
+func TestListSchedulesReadsInChunks(t *testing.T) {
+	t.Parallel()
+	lc := &listCounting{Backend: backendNamed("sqlite").store(t)(t)}
+	in := startInstance(t, "sqlite", lc, nil)
+	p := pool(t, "sched-chunks")
+	var want []string
+	for i := range 40 {
+		name := fmt.Sprintf("s%02d", i)
+		want = append(want, name)
+		putSchedule(t, in, &taskpickv1.PutScheduleRequest{Pool: p, Name: name, Spec: "@yearly"})
+	}
+	for _, limit := range []uint32{1000, 16, 17, 25, 1} {
+		var got []string
+		after := ""
+		for pages := 0; ; pages++ {
+			l, err := in.client.ListSchedules(ctx, &taskpickv1.ListSchedulesRequest{Pool: p, Limit: limit, After: after})
+			if err != nil || pages > 40 || len(l.GetSchedules()) > int(limit) {
+				t.Fatalf("ListSchedules limit %d: %d schedules, %v (page %d)", limit, len(l.GetSchedules()), err, pages)
+			}
+			for _, s := range l.GetSchedules() {
+				got = append(got, s.GetName())
+			}
+			if after = l.GetNextAfter(); after == "" {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("limit %d listed %v, want %v", limit, got, want)
+		}
+	}
+	// Templates of the largest size: a page is cut before the answer limit, and paging on
+	// lists the rest.
+	big, n, pages := pool(t, "sched-big"), 0, 0
+	for i := range 20 {
+		putSchedule(t, in, &taskpickv1.PutScheduleRequest{Pool: big, Name: fmt.Sprintf("b%02d", i), Spec: "@yearly",
+			Template: &taskpickv1.ScheduleTemplate{Payload: make([]byte, taskpick.MaxPayloadBytes)}})
+	}
+	for after := ""; ; pages++ {
+		l, err := in.client.ListSchedules(ctx, &taskpickv1.ListSchedulesRequest{Pool: big, Limit: 1000, After: after})
+		if err != nil || pages > 20 || proto.Size(l) > taskpick.DefaultMaxAnswerBytes {
+			t.Fatalf("ListSchedules of large templates: %d bytes, %v (page %d)", proto.Size(l), err, pages)
+		}
+		n += len(l.GetSchedules())
+		if after = l.GetNextAfter(); after == "" {
+			break
+		}
+	}
+	if n != 20 || pages == 0 {
+		t.Fatalf("listed %d large schedules in %d pages, want 20 in more than one", n, pages+1)
+	}
+	if m := lc.most.Load(); m > 32 {
+		t.Fatalf("the backend was asked for %d schedules at once", m)
 	}
 }
