@@ -61,6 +61,7 @@ func testSchedules(t *testing.T, b backendCase) {
 		{"PutReplacesListPagesZones", testSchedulePutList},
 		{"PutWhileFiringWinsWhole", testSchedulePutWhileFiring},
 		{"TemplateTakesPoolDefault", testScheduleTemplateDefault},
+		{"RePutOfTheSameSpecKeepsItsDueTick", testScheduleRePutKeepsTick},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, b, newFakeClock(time.Date(2100+10*i, 1, 1, 0, 0, 0, 500e6, time.UTC)))
@@ -295,6 +296,26 @@ func testScheduleTemplateDefault(t *testing.T, b backendCase, clk *fakeClock) {
 	waitFired(t, in, p, "d", clk.Tick(0))
 	if got := get(t, in, p, taskpick.ScheduledTaskID("d", clk.Tick(0))).GetMaxAttempts(); got != n {
 		t.Fatalf("scheduled task max_attempts %d, want the pool's %d", got, n)
+	}
+}
+
+// testScheduleRePutKeepsTick: a PutSchedule of the spec and zone a schedule has (a config
+// applied again on every deploy) keeps its next tick, also one that is due and not fired yet,
+// so the re-put loses no tick; another spec is reckoned anew from now.
+func testScheduleRePutKeepsTick(t *testing.T, b backendCase, clk *fakeClock) {
+	open := scheduleStore(t, b)
+	in := startInstance(t, b.name, open(t), nil, func(cfg *taskpick.Config) { cfg.Clock, cfg.ScheduleInterval = clk.Now, time.Hour })
+	p := pool(t, "sched-reput-same")
+	req := &taskpickv1.PutScheduleRequest{Pool: p, Name: "m", Spec: "0 * * * * *", Timezone: "Europe/Berlin"}
+	tick := putSchedule(t, in, req).GetNextFire().AsTime()
+	clk.Add(tick.Sub(clk.Now()) + 200*time.Millisecond) // due, not fired yet
+	req.Template = &taskpickv1.ScheduleTemplate{Payload: []byte("v2")}
+	if got := putSchedule(t, in, req).GetNextFire().AsTime(); !got.Equal(tick) {
+		t.Fatalf("re-put of the same spec moved the due tick %v to %v: that tick is lost", tick, got)
+	}
+	req.Spec = "30 * * * * *"
+	if got, want := putSchedule(t, in, req).GetNextFire().AsTime(), tick.Add(30*time.Second); !got.Equal(want) {
+		t.Fatalf("re-put of another spec: next fire %v, want %v", got, want)
 	}
 }
 

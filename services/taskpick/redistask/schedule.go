@@ -55,16 +55,18 @@ end
 `
 
 // putSchedScript: ARGV[3..9] spec, zone, payload, priority, max attempts, missed, next fire
-// (-1: none). Returns {created, read()}.
+// (-1: none), which a running schedule of the same spec and zone does not take: it keeps its
+// own. Returns {created, read()}.
 var putSchedScript = redis.NewScript(prelude + schedPrelude + `
 local created = 1 - redis.call('EXISTS', K_SCH)
+local same = created == 0 and redis.call('HGET', K_SCH, 's') == ARGV[3] and redis.call('HGET', K_SCH, 'z') == ARGV[4]
 redis.call('HSET', K_SCH, 's', ARGV[3], 'z', ARGV[4], 'p', ARGV[5], 'pr', ARGV[6], 'ma', ARGV[7], 'mi', ARGV[8])
 if created == 1 then redis.call('HSET', K_SCH, 'pa', 0, 'lf', 0) end
 redis.call('ZADD', K_NAMES, 0, NAME)
 local nf = tonumber(ARGV[9])
 if redis.call('HGET', K_SCH, 'pa') == '1' or nf < 0 then
   redis.call('ZREM', K_DUE, NAME)
-else
+elseif not (same and redis.call('ZSCORE', K_DUE, NAME)) then
   redis.call('ZADD', K_DUE, nf, NAME)
 end
 return {created, read()}
