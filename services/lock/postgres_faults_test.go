@@ -213,3 +213,60 @@ func TestPostgresBatchKilledMidChunk(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresBatchDeadlockVictimRunsAgain makes a batch's transaction a deadlock victim:
+// it holds its new keys' rows and waits on the fence floors the test holds, while the test
+// then waits on one of those rows. PostgreSQL aborts one of the two; the batch runs again
+// once the test's transaction ended, and every acquire answers acquired, exactly once.
+func TestPostgresBatchDeadlockVictimRunsAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testenv.PostgresSchema(t)
+	raw := postgresRaw(t, schema)
+	inst := startInstance(t, "postgres", openPostgres(t, testenv.PostgresURL(), sqldb.PostgresConfig{Schema: schema}))
+	locks := client.New(inst.url, client.WithBatching(0)).Locks()
+	const owner = "owner-a-0123456789abcdef"
+	keys := []string{"a", "b", "c"}
+	var ops []*lockv1.BatchOperation
+	for _, k := range keys {
+		ops = append(ops, acquireOp(&lockv1.AcquireRequest{Key: k, Owner: owner, Ttl: durationpb.New(time.Minute)}))
+	}
+
+	// Key "a" gets a row of its own, free again, that the batch locks and the test then wants.
+	must(acquire(ctx, inst.client, "a", "rival-0123456789abcdef", time.Minute, 0))(t)
+	must(inst.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: "a", Owner: "rival-0123456789abcdef"}))(t)
+	floors, pid := lockingTx(t, raw, "SELECT fence_floor FROM coordkit_lock_fences")
+	got := make(chan *lockv1.BatchResponse, 1)
+	go func() {
+		res, err := locks.Batch(ctx, &lockv1.BatchRequest{Operations: ops})
+		if err != nil {
+			t.Errorf("Batch: %v", err)
+		}
+		got <- res
+	}()
+	blockedBy(t, raw, pid)
+	// The cycle: the test now waits on row "a", which the batch holds. Whichever of the two
+	// PostgreSQL aborts, the test's transaction ends here.
+	rows, err := floors.Query("SELECT owner FROM coordkit_lock_leases WHERE lock_key = ? FOR UPDATE", "a")
+	if err == nil {
+		for rows.Next() {
+		}
+		rows.Close()
+	}
+	floors.Rollback() //nolint:errcheck // aborted or not, it ends
+	select {
+	case res := <-got:
+		for i, r := range res.GetResults() {
+			if !r.GetAcquire().GetAcquired() {
+				t.Errorf("acquire of %q in the deadlocked batch: %v, want acquired", keys[i], r)
+			}
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deadlocked batch did not answer within 30s")
+	}
+	for _, k := range keys {
+		if st := inspect(t, inst.client, k); !st.GetHeld() || st.GetHoldCount() != 1 {
+			t.Fatalf("after the batch %q is %v, want held once", k, st)
+		}
+	}
+}
