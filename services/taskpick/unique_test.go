@@ -363,7 +363,7 @@ func TestSDKUniquePuts(t *testing.T) {
 }
 
 // testUniqueCancelRequeue interleaves keys with CancelTask and Requeue: a cancel frees a
-// queued or active key but not a period; a dead task requeued after another task took its
+// queued or active key but not a period, not even for the cancelled task's own id; a dead task requeued after another task took its
 // key does not take it back, and a cancel of that other task frees the key for a new one, not
 // for the requeued task.
 func testUniqueCancelRequeue(t *testing.T, b backendCase) {
@@ -383,6 +383,10 @@ func testUniqueCancelRequeue(t *testing.T, b backendCase) {
 	cancelTask(t, in, p, "p1")
 	per = uniqueTask("p2", "w", taskpickv1.UniqueScope_UNIQUE_SCOPE_PERIOD)
 	per.UniquePeriod = sec(time.Hour)
+	wantDuplicate(t, putAll(t, in, p, per), 0, "p1", taskpickv1.State_STATE_UNSPECIFIED)
+	// The holder's own id again, once its task is gone, is a new task inside the period: a
+	// duplicate too, not a second run.
+	per.Id = "p1"
 	wantDuplicate(t, putAll(t, in, p, per), 0, "p1", taskpickv1.State_STATE_UNSPECIFIED)
 
 	x := uniqueTask("x", "q", queued)
