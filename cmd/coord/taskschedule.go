@@ -58,7 +58,7 @@ NAME@TICK, such as nightly@2026-01-02T03:00:00Z.`
 	fs.StringVar(&f.payload, "payload", "", "the payload of every task the schedule puts")
 	fs.StringVar(&f.payloadFile, "payload-file", "", "read the payload from this file instead")
 	fs.Int32Var(&f.priority, "priority", 0, "the priority of every task the schedule puts")
-	fs.Uint32Var(&f.maxAttempts, "max-attempts", 0, "picks before a task is dead; 0 means the service's default (25)")
+	fs.Uint32Var(&f.maxAttempts, "max-attempts", 0, "picks before a task is dead; 0 means the pool's default, else the service's (25)")
 	list := &cobra.Command{Use: "list POOL", Short: "list a pool's schedules by name", Args: argsExactly("POOL"), RunE: run("list")}
 	list.Flags().Uint32Var(&f.limit, "limit", 0, "how many schedules at most, 1 to 1000; 0 means 100")
 	list.Flags().StringVar(&f.after, "after", "", "only schedules whose names sort after this one: the next page")

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/coordkit/coordkit/libs/client"
 	lockv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/lock/v1"
 	"github.com/coordkit/coordkit/libs/sqldb"
 	"github.com/coordkit/coordkit/libs/testenv"
@@ -153,5 +154,119 @@ func TestPostgresStatementTimeout(t *testing.T) {
 	next := must(acquire(ctx, inst.client, "stock", rival, time.Minute, 0))(t)
 	if !next.GetAcquired() || next.GetLease().GetFencingToken() <= first.GetLease().GetFencingToken() {
 		t.Fatalf("next holder: %v; want acquired with a token above %d", next, first.GetLease().GetFencingToken())
+	}
+}
+
+// TestPostgresBatchKilledMidChunk kills the server process of a batch's transaction while it
+// has written the rows of its three new keys and waits on the fence floors the test holds:
+// every acquire of the batch answers unavailable, none of the three is left held (no half of
+// the batch applied), and the batch sent again takes all three.
+func TestPostgresBatchKilledMidChunk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testenv.PostgresSchema(t)
+	raw := postgresRaw(t, schema)
+	inst := startInstance(t, "postgres", openPostgres(t, testenv.PostgresURL(), sqldb.PostgresConfig{Schema: schema}))
+	locks := client.New(inst.url, client.WithBatching(0)).Locks()
+	const owner = "owner-a-0123456789abcdef"
+	keys := []string{"a", "b", "c"}
+	var ops []*lockv1.BatchOperation
+	for _, k := range keys {
+		ops = append(ops, acquireOp(&lockv1.AcquireRequest{Key: k, Owner: owner, Ttl: durationpb.New(time.Minute)}))
+	}
+
+	floors, pid := lockingTx(t, raw, "SELECT fence_floor FROM coordkit_lock_fences")
+	got := make(chan *lockv1.BatchResponse, 1)
+	go func() {
+		res, err := locks.Batch(ctx, &lockv1.BatchRequest{Operations: ops})
+		if err != nil {
+			t.Errorf("Batch: %v", err)
+		}
+		got <- res
+	}()
+	victim := blockedBy(t, raw, pid)
+	if _, err := raw.Exec("SELECT pg_terminate_backend(?::int)", victim); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-got:
+		for i, r := range res.GetResults() {
+			if r.GetError().GetCode() != connect.CodeUnavailable.String() {
+				t.Errorf("acquire of %q in the killed batch: %v, want unavailable", keys[i], r)
+			}
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the batch whose connection was killed did not answer within 20s")
+	}
+	if err := floors.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if st := inspect(t, inst.client, k); st.GetHeld() {
+			t.Fatalf("after the killed batch %q is %v, want free", k, st)
+		}
+	}
+	res := must(locks.Batch(ctx, &lockv1.BatchRequest{Operations: ops}))(t)
+	for i, r := range res.GetResults() {
+		if !r.GetAcquire().GetAcquired() {
+			t.Fatalf("acquire of %q sent again: %v, want acquired", keys[i], r)
+		}
+	}
+}
+
+// TestPostgresBatchDeadlockVictimRunsAgain makes a batch's transaction a deadlock victim:
+// it holds its new keys' rows and waits on the fence floors the test holds, while the test
+// then waits on one of those rows. PostgreSQL aborts one of the two; the batch runs again
+// once the test's transaction ended, and every acquire answers acquired, exactly once.
+func TestPostgresBatchDeadlockVictimRunsAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testenv.PostgresSchema(t)
+	raw := postgresRaw(t, schema)
+	inst := startInstance(t, "postgres", openPostgres(t, testenv.PostgresURL(), sqldb.PostgresConfig{Schema: schema}))
+	locks := client.New(inst.url, client.WithBatching(0)).Locks()
+	const owner = "owner-a-0123456789abcdef"
+	keys := []string{"a", "b", "c"}
+	var ops []*lockv1.BatchOperation
+	for _, k := range keys {
+		ops = append(ops, acquireOp(&lockv1.AcquireRequest{Key: k, Owner: owner, Ttl: durationpb.New(time.Minute)}))
+	}
+
+	// Key "a" gets a row of its own, free again, that the batch locks and the test then wants.
+	must(acquire(ctx, inst.client, "a", "rival-0123456789abcdef", time.Minute, 0))(t)
+	must(inst.client.Locks().Release(ctx, &lockv1.ReleaseRequest{Key: "a", Owner: "rival-0123456789abcdef"}))(t)
+	floors, pid := lockingTx(t, raw, "SELECT fence_floor FROM coordkit_lock_fences")
+	got := make(chan *lockv1.BatchResponse, 1)
+	go func() {
+		res, err := locks.Batch(ctx, &lockv1.BatchRequest{Operations: ops})
+		if err != nil {
+			t.Errorf("Batch: %v", err)
+		}
+		got <- res
+	}()
+	blockedBy(t, raw, pid)
+	// The cycle: the test now waits on row "a", which the batch holds. Whichever of the two
+	// PostgreSQL aborts, the test's transaction ends here.
+	rows, err := floors.Query("SELECT owner FROM coordkit_lock_leases WHERE lock_key = ? FOR UPDATE", "a")
+	if err == nil {
+		for rows.Next() {
+		}
+		rows.Close()
+	}
+	floors.Rollback() //nolint:errcheck // aborted or not, it ends
+	select {
+	case res := <-got:
+		for i, r := range res.GetResults() {
+			if !r.GetAcquire().GetAcquired() {
+				t.Errorf("acquire of %q in the deadlocked batch: %v, want acquired", keys[i], r)
+			}
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deadlocked batch did not answer within 30s")
+	}
+	for _, k := range keys {
+		if st := inspect(t, inst.client, k); !st.GetHeld() || st.GetHoldCount() != 1 {
+			t.Fatalf("after the batch %q is %v, want held once", k, st)
+		}
 	}
 }

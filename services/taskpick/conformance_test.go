@@ -46,6 +46,7 @@ var behaviours = []struct {
 	{"UniquePeriodOutlivesItsTask", testUniquePeriod},
 	{"UniqueExactUnder64ConcurrentPuts", testUniqueConcurrent},
 	{"UniqueOverlappingBatchesNeitherRaceNorDeadlock", testUniqueOverlapping},
+	{"UniqueAcrossCancelAndRequeue", testUniqueCancelRequeue},
 	{"NackFollowsThePoolRetryPolicy", testRetryPolicy},
 	{"PausedPoolWaitsAndResumeWakes", testPauseResume},
 	{"NoPickAfterPauseAnswered", testPauseStopsPickers},

@@ -88,10 +88,25 @@ func TestHostileInput(t *testing.T) {
 		hostile("get settings pool NUL", svc+"GetPoolSettings", `{"pool":"a\u0000b"}`, bad, "pool"),
 		hostile("cancel id 1 MB", svc+"CancelTask", `{"pool":"p","id":"`+mega+`"}`, bad, "id"),
 		hostile("cancel no id", svc+"CancelTask", `{"pool":"p"}`, bad, "id"),
+		hostile("schedule name 1 MB", svc+"PutSchedule", `{"pool":"p","name":"`+mega+`","spec":"@daily"}`, bad, "name"),
+		hostile("schedule name invalid UTF-8", svc+"PutSchedule", "{\"pool\":\"p\",\"name\":\"\xc0\xaf\",\"spec\":\"@daily\"}", bad, "name"),
+		hostile("schedule name NUL", svc+"GetSchedule", `{"pool":"p","name":"a\u0000b"}`, bad, "name"),
+		hostile("schedule spec 1 MB", svc+"PutSchedule", `{"pool":"p","name":"s","spec":"`+mega+`"}`, bad, "spec"),
+		hostile("schedule spec NUL", svc+"PutSchedule", `{"pool":"p","name":"s","spec":"@every 1s\u0000"}`, bad, "spec"),
+		hostile("schedule spec invalid UTF-8", svc+"PutSchedule", "{\"pool\":\"p\",\"name\":\"s\",\"spec\":\"* * * * \xff\"}", bad, "spec"),
+		hostile("schedule timezone NUL", svc+"PutSchedule", `{"pool":"p","name":"s","spec":"@daily","timezone":"UTC\u0000"}`, bad, "timezone"),
+		hostile("schedule timezone 1 MB", svc+"PutSchedule", `{"pool":"p","name":"s","spec":"@daily","timezone":"`+mega+`"}`, bad, "timezone"),
+		hostile("schedule missed unknown", svc+"PutSchedule", `{"pool":"p","name":"s","spec":"@daily","missed":"SCHEDULE_MISSED_ALL"}`, bad, "missed"),
+		hostile("schedule template max_attempts text", svc+"PutSchedule", `{"pool":"p","name":"s","spec":"@daily","template":{"maxAttempts":"x"}}`, bad, "template.max_attempts"),
+		hostile("schedule template payload 1 MB", svc+"PutSchedule", `{"pool":"p","name":"s","spec":"@daily","template":{"payload":"`+strings.Repeat("QUFB", 1<<18-64)+`"}}`, bad, "template.payload"),
+		hostile("list schedules after 1 MB", svc+"ListSchedules", `{"pool":"p","after":"`+mega+`"}`, bad, "after"),
 	})
 	// None of it was stored.
 	got, err := inst.client.GetPoolSettings(ctx, &taskpickv1.GetPoolSettingsRequest{Pool: "p"})
 	if err != nil || got.GetStored() {
 		t.Fatalf("after hostile SetPoolSettings calls: %v %v, want no record", got, err)
+	}
+	if l, err := inst.client.ListSchedules(ctx, &taskpickv1.ListSchedulesRequest{Pool: "p"}); err != nil || len(l.GetSchedules()) != 0 {
+		t.Fatalf("after hostile PutSchedule calls: %v %v, want no schedule", l, err)
 	}
 }

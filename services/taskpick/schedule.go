@@ -64,7 +64,8 @@ type Fired struct {
 // any instance, and every call is atomic on its own.
 type ScheduleStore interface {
 	// PutSchedule creates s, or replaces the schedule of its pool and name, keeping that
-	// one's paused state and last fire (a paused schedule stays paused, with no next fire).
+	// one's paused state and last fire (a paused schedule stays paused, with no next fire),
+	// and its next fire when its spec and zone are s's (a tick due and not fired yet stays due).
 	// It returns the schedule as stored and whether it was created.
 	PutSchedule(ctx context.Context, s Schedule) (stored Schedule, created bool, err error)
 	// GetSchedule reads a schedule, or ErrScheduleNotFound.

@@ -1,6 +1,7 @@
 package taskpick_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
 	"github.com/coordkit/coordkit/libs/sqldb"
@@ -57,6 +59,9 @@ func testSchedules(t *testing.T, b backendCase) {
 		{"PauseResumeDelete", testSchedulePauseResumeDelete},
 		{"MissedTicksSkipOrRunOnce", testScheduleMissed},
 		{"PutReplacesListPagesZones", testSchedulePutList},
+		{"PutWhileFiringWinsWhole", testSchedulePutWhileFiring},
+		{"TemplateTakesPoolDefault", testScheduleTemplateDefault},
+		{"RePutOfTheSameSpecKeepsItsDueTick", testScheduleRePutKeepsTick},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, b, newFakeClock(time.Date(2100+10*i, 1, 1, 0, 0, 0, 500e6, time.UTC)))
@@ -228,6 +233,89 @@ func testScheduleRacingFires(t *testing.T, b backendCase, clk *fakeClock) {
 	}
 	if got := taskIDs(t, in, p); len(got) != 1 {
 		t.Fatalf("tasks %v, want one", got)
+	}
+}
+
+// testSchedulePutWhileFiring deletes a schedule and puts it again with another spec and
+// template whose next tick is the same while a fire planned from the old one is in flight: the fire must apply
+// before the put or not at all, never the old plan over the new schedule (which would leave
+// it due at a time its spec never ticks, putting the old template).
+func testSchedulePutWhileFiring(t *testing.T, b backendCase, clk *fakeClock) {
+	open := scheduleStore(t, b)
+	store := open(t)
+	in := startInstance(t, b.name, store, nil, func(cfg *taskpick.Config) { cfg.Clock, cfg.ScheduleInterval = clk.Now, time.Hour })
+	p := pool(t, "sched-reput")
+	tick := clk.Tick(1) // a tick of both specs: second 1 of the minute
+	putSchedule(t, in, &taskpickv1.PutScheduleRequest{Pool: p, Name: "s", Spec: "* * * * * *", Template: &taskpickv1.ScheduleTemplate{Payload: []byte("old")}})
+	put := make(chan error, 1)
+	_, err := store.FireDue(ctx, tick, 10, func(s taskpick.Schedule) taskpick.Fire {
+		if s.Pool != p {
+			return taskpick.Fire{Fired: s.NextFire, Next: s.NextFire.Add(time.Hour)}
+		}
+		go func() { // deleted first: a schedule made anew must not look like the one planned from
+			if _, err := in.client.DeleteSchedule(ctx, &taskpickv1.DeleteScheduleRequest{Pool: p, Name: "s"}); err != nil {
+				put <- err
+				return
+			}
+			_, err := in.client.PutSchedule(ctx, &taskpickv1.PutScheduleRequest{Pool: p, Name: "s", Spec: "1 * * * * *",
+				Template: &taskpickv1.ScheduleTemplate{Payload: []byte("new")}})
+			put <- err
+		}()
+		select { // SQL holds the row until the fire commits; Redis puts at once
+		case err := <-put:
+			put <- err
+		case <-time.After(300 * time.Millisecond):
+		}
+		return taskpick.Fire{Fired: s.NextFire, Next: s.NextFire.Add(time.Second),
+			Task: &taskpick.NewTask{ID: taskpick.ScheduledTaskID(s.Name, s.NextFire), Payload: s.Payload, MaxAttempts: 1}}
+	})
+	if err != nil {
+		t.Fatalf("FireDue: %v", err)
+	}
+	if err := <-put; err != nil {
+		t.Fatalf("PutSchedule: %v", err)
+	}
+	sc := getSchedule(t, in, p, "s")
+	if nf := sc.GetNextFire().AsTime(); sc.GetSpec() != "1 * * * * *" || nf.Second() != 1 {
+		t.Fatalf("schedule %s due at %v: the old plan applied over the new spec", sc.GetSpec(), nf)
+	}
+}
+
+// testScheduleTemplateDefault: a template without max_attempts puts tasks as a Put without
+// one does, with the pool's default attempts, read when the task is put.
+func testScheduleTemplateDefault(t *testing.T, b backendCase, clk *fakeClock) {
+	in := schedulers(t, b, clk, 1)[0]
+	p := pool(t, "sched-default")
+	sc := putSchedule(t, in, &taskpickv1.PutScheduleRequest{Pool: p, Name: "d", Spec: "* * * * * *"})
+	if got := sc.GetTemplate().GetMaxAttempts(); got != 0 {
+		t.Fatalf("template max_attempts %d, want 0 (unset: the pool's default)", got)
+	}
+	n := uint32(3)
+	setSettings(t, in, p, &taskpickv1.PoolSettings{MaxAttempts: &n})
+	clk.Add(time.Second)
+	waitFired(t, in, p, "d", clk.Tick(0))
+	if got := get(t, in, p, taskpick.ScheduledTaskID("d", clk.Tick(0))).GetMaxAttempts(); got != n {
+		t.Fatalf("scheduled task max_attempts %d, want the pool's %d", got, n)
+	}
+}
+
+// testScheduleRePutKeepsTick: a PutSchedule of the spec and zone a schedule has (a config
+// applied again on every deploy) keeps its next tick, also one that is due and not fired yet,
+// so the re-put loses no tick; another spec is reckoned anew from now.
+func testScheduleRePutKeepsTick(t *testing.T, b backendCase, clk *fakeClock) {
+	open := scheduleStore(t, b)
+	in := startInstance(t, b.name, open(t), nil, func(cfg *taskpick.Config) { cfg.Clock, cfg.ScheduleInterval = clk.Now, time.Hour })
+	p := pool(t, "sched-reput-same")
+	req := &taskpickv1.PutScheduleRequest{Pool: p, Name: "m", Spec: "0 * * * * *", Timezone: "Europe/Berlin"}
+	tick := putSchedule(t, in, req).GetNextFire().AsTime()
+	clk.Add(tick.Sub(clk.Now()) + 200*time.Millisecond) // due, not fired yet
+	req.Template = &taskpickv1.ScheduleTemplate{Payload: []byte("v2")}
+	if got := putSchedule(t, in, req).GetNextFire().AsTime(); !got.Equal(tick) {
+		t.Fatalf("re-put of the same spec moved the due tick %v to %v: that tick is lost", tick, got)
+	}
+	req.Spec = "30 * * * * *"
+	if got, want := putSchedule(t, in, req).GetNextFire().AsTime(), tick.Add(30*time.Second); !got.Equal(want) {
+		t.Fatalf("re-put of another spec: next fire %v, want %v", got, want)
 	}
 }
 
@@ -436,5 +524,75 @@ func TestScheduleStorm(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// listCounting records the largest ListSchedules limit its backend was asked for.
+type listCounting struct {
+	taskpick.Backend
+	most atomic.Int64
+}
+
+func (l *listCounting) ListSchedules(ctx context.Context, pool, after string, limit int) ([]taskpick.Schedule, error) {
+	for m := l.most.Load(); int64(limit) > m && !l.most.CompareAndSwap(m, int64(limit)); m = l.most.Load() {
+	}
+	return l.Backend.ListSchedules(ctx, pool, after, limit)
+}
+
+// TestListSchedulesReadsInChunks: a page of up to 1,000 schedules, each with a template of
+// up to 256 KiB, is read from the backend a bounded chunk at a time, not whole only to be
+// cut at the 4 MiB answer limit, and the pages still list every schedule once, in order.
+func TestListSchedulesReadsInChunks(t *testing.T) {
+	t.Parallel()
+	lc := &listCounting{Backend: backendNamed("sqlite").store(t)(t)}
+	in := startInstance(t, "sqlite", lc, nil)
+	p := pool(t, "sched-chunks")
+	var want []string
+	for i := range 40 {
+		name := fmt.Sprintf("s%02d", i)
+		want = append(want, name)
+		putSchedule(t, in, &taskpickv1.PutScheduleRequest{Pool: p, Name: name, Spec: "@yearly"})
+	}
+	for _, limit := range []uint32{1000, 16, 17, 25, 1} {
+		var got []string
+		after := ""
+		for pages := 0; ; pages++ {
+			l, err := in.client.ListSchedules(ctx, &taskpickv1.ListSchedulesRequest{Pool: p, Limit: limit, After: after})
+			if err != nil || pages > 40 || len(l.GetSchedules()) > int(limit) {
+				t.Fatalf("ListSchedules limit %d: %d schedules, %v (page %d)", limit, len(l.GetSchedules()), err, pages)
+			}
+			for _, s := range l.GetSchedules() {
+				got = append(got, s.GetName())
+			}
+			if after = l.GetNextAfter(); after == "" {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("limit %d listed %v, want %v", limit, got, want)
+		}
+	}
+	// Templates of the largest size: a page is cut before the answer limit, and paging on
+	// lists the rest.
+	big, n, pages := pool(t, "sched-big"), 0, 0
+	for i := range 20 {
+		putSchedule(t, in, &taskpickv1.PutScheduleRequest{Pool: big, Name: fmt.Sprintf("b%02d", i), Spec: "@yearly",
+			Template: &taskpickv1.ScheduleTemplate{Payload: make([]byte, taskpick.MaxPayloadBytes)}})
+	}
+	for after := ""; ; pages++ {
+		l, err := in.client.ListSchedules(ctx, &taskpickv1.ListSchedulesRequest{Pool: big, Limit: 1000, After: after})
+		if err != nil || pages > 20 || proto.Size(l) > taskpick.DefaultMaxAnswerBytes {
+			t.Fatalf("ListSchedules of large templates: %d bytes, %v (page %d)", proto.Size(l), err, pages)
+		}
+		n += len(l.GetSchedules())
+		if after = l.GetNextAfter(); after == "" {
+			break
+		}
+	}
+	if n != 20 || pages == 0 {
+		t.Fatalf("listed %d large schedules in %d pages, want 20 in more than one", n, pages+1)
+	}
+	if m := lc.most.Load(); m > 32 {
+		t.Fatalf("the backend was asked for %d schedules at once", m)
 	}
 }

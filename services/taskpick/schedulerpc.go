@@ -24,10 +24,7 @@ func (s *Service) PutSchedule(ctx context.Context, req *taskpickv1.PutScheduleRe
 	if len(tpl.GetPayload()) > MaxPayloadBytes {
 		return nil, server.InvalidField("template.payload", "is %d bytes, the limit is %d", len(tpl.GetPayload()), MaxPayloadBytes)
 	}
-	maxA := tpl.GetMaxAttempts()
-	if maxA == 0 {
-		maxA = DefaultMaxAttempts
-	}
+	maxA := tpl.GetMaxAttempts() // 0: the pool's default when each task is put, as for Put
 	if maxA > MaxAttempts {
 		return nil, server.InvalidField("template.max_attempts", "%d is over the limit %d", maxA, MaxAttempts)
 	}
@@ -86,26 +83,41 @@ func (s *Service) ListSchedules(ctx context.Context, req *taskpickv1.ListSchedul
 	if err != nil {
 		return nil, err
 	}
-	// One more than the page tells whether another page follows. The answer stays within
-	// the answer limit: a schedule's template is at most MaxPayloadBytes, and the page is
-	// cut where the next would pass the limit.
-	list, err := b.ListSchedules(ctx, req.GetPool(), req.GetAfter(), limit+1)
-	if err != nil {
-		return nil, server.Error(ctx, err)
-	}
+	// The answer stays within the answer limit: a schedule's template is at most
+	// MaxPayloadBytes, and the page is cut where the next would pass the limit. The backend
+	// is read listScheduleChunk schedules at a time, so a page of 1,000 large templates is
+	// not read whole only to be cut (one more than a chunk tells whether another follows).
 	resp := &taskpickv1.ListSchedulesResponse{}
-	size := 0
-	for i, sc := range list {
-		cost := AnswerBytes(len(sc.Payload), len(sc.Name)+len(sc.Spec)+len(sc.Timezone)+len(sc.Pool))
-		if i == limit || (i > 0 && size+cost > s.maxAnswer-answerSlack) {
-			resp.NextAfter = list[i-1].Name
-			break
+	size, after := 0, req.GetAfter()
+	for {
+		want := min(limit-len(resp.Schedules), listScheduleChunk)
+		list, err := b.ListSchedules(ctx, req.GetPool(), after, want+1)
+		if err != nil {
+			return nil, server.Error(ctx, err)
 		}
-		size += cost
-		resp.Schedules = append(resp.Schedules, scheduleProto(sc))
+		for i, sc := range list {
+			n := len(resp.Schedules)
+			cost := AnswerBytes(len(sc.Payload), len(sc.Name)+len(sc.Spec)+len(sc.Timezone)+len(sc.Pool))
+			if n == limit || (n > 0 && size+cost > s.maxAnswer-answerSlack) {
+				resp.NextAfter = resp.Schedules[n-1].GetName()
+				return resp, nil
+			}
+			if i == want {
+				break // read again as the next chunk's first
+			}
+			size += cost
+			resp.Schedules = append(resp.Schedules, scheduleProto(sc))
+		}
+		if len(list) <= want {
+			return resp, nil
+		}
+		after = resp.Schedules[len(resp.Schedules)-1].GetName()
 	}
-	return resp, nil
 }
+
+// listScheduleChunk is how many schedules ListSchedules reads from the backend at a time:
+// at most about 4 MiB of templates.
+const listScheduleChunk = 16
 
 // PauseSchedule implements taskpickv1connect.TaskPickServiceHandler.
 func (s *Service) PauseSchedule(ctx context.Context, req *taskpickv1.PauseScheduleRequest) (*taskpickv1.PauseScheduleResponse, error) {

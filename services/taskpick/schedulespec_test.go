@@ -1,6 +1,7 @@
 package taskpick
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -38,5 +39,39 @@ func TestPlanFire(t *testing.T) {
 				t.Fatalf("task id %q, want it named by the tick", f.Task.ID)
 			}
 		})
+	}
+}
+
+// TestSpecAcrossDST pins what a zone's clock changes do to ticks (robfig/cron's reading,
+// documented in docs/api.md): a wall time the spring change skips has no tick that day, one
+// the autumn change repeats ticks at both instants, each a task of its own UTC tick, and
+// every tick is strictly after the one before.
+func TestSpecAcrossDST(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		spec, from string
+		want       []string
+	}{
+		{"30 2 * * *", "2027-03-27T12:00:00Z", nil}, // 02:30 never happens on 03-28
+		{"30 2 * * *", "2026-10-24T12:00:00Z", []string{"2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z"}},
+		{"0 3 * * *", "2027-03-27T12:00:00Z", []string{"2027-03-28T01:00:00Z"}},
+		{"0 3 * * *", "2026-10-24T12:00:00Z", []string{"2026-10-25T02:00:00Z"}},
+	} {
+		c, err := parseSpec(tt.spec, "Europe/Berlin", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, _ := time.Parse(time.RFC3339, tt.from)
+		end := at.Add(36 * time.Hour)
+		var got []string
+		for n := c.next(at); n.Before(end); n = c.next(n) {
+			if !n.After(at) {
+				t.Fatalf("%s: tick %v is not after %v", tt.spec, n, at)
+			}
+			got, at = append(got, n.Format(time.RFC3339)), n
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Fatalf("%s from %s: ticks %v, want %v", tt.spec, tt.from, got, tt.want)
+		}
 	}
 }

@@ -361,3 +361,52 @@ func TestSDKUniquePuts(t *testing.T) {
 		t.Fatalf("%d Puts created a task, want 1", created)
 	}
 }
+
+// testUniqueCancelRequeue interleaves keys with CancelTask and Requeue: a cancel frees a
+// queued or active key but not a period, not even for the cancelled task's own id; a dead task requeued after another task took its
+// key does not take it back, and a cancel of that other task frees the key for a new one, not
+// for the requeued task.
+func testUniqueCancelRequeue(t *testing.T, b backendCase) {
+	in, p := one(t, b), pool(t, "ucancel")
+	const (
+		active = taskpickv1.UniqueScope_UNIQUE_SCOPE_ACTIVE
+		queued = taskpickv1.UniqueScope_UNIQUE_SCOPE_QUEUED
+	)
+	wantCreated(t, putAll(t, in, p, uniqueTask("a", "k", active)), 0)
+	cancelTask(t, in, p, "a")
+	wantCreated(t, putAll(t, in, p, uniqueTask("b", "k", active)), 0)
+	wantDuplicate(t, putAll(t, in, p, uniqueTask("a", "k", active)), 0, "b", taskpickv1.State_STATE_AVAILABLE)
+
+	per := uniqueTask("p1", "w", taskpickv1.UniqueScope_UNIQUE_SCOPE_PERIOD)
+	per.UniquePeriod = sec(time.Hour)
+	wantCreated(t, putAll(t, in, p, per), 0)
+	cancelTask(t, in, p, "p1")
+	per = uniqueTask("p2", "w", taskpickv1.UniqueScope_UNIQUE_SCOPE_PERIOD)
+	per.UniquePeriod = sec(time.Hour)
+	wantDuplicate(t, putAll(t, in, p, per), 0, "p1", taskpickv1.State_STATE_UNSPECIFIED)
+	// The holder's own id again, once its task is gone, is a new task inside the period: a
+	// duplicate too, not a second run.
+	per.Id = "p1"
+	wantDuplicate(t, putAll(t, in, p, per), 0, "p1", taskpickv1.State_STATE_UNSPECIFIED)
+
+	x := uniqueTask("x", "q", queued)
+	x.MaxAttempts = 1
+	wantCreated(t, putAll(t, in, p, x), 0)
+	lt := pick(t, in, &taskpickv1.PickRequest{Pool: p, Order: taskpickv1.Order_ORDER_FIFO, Count: 10})
+	for _, l := range lt {
+		if l.GetId() != "x" {
+			continue
+		}
+		if r, err := in.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: "x", LeaseToken: l.GetLeaseToken(), LeaseSecret: l.GetLeaseSecret()}); err != nil || !r.GetDead() {
+			t.Fatalf("Nack of x: %v %v, want it dead", r, err)
+		}
+	}
+	wantCreated(t, putAll(t, in, p, uniqueTask("y", "q", queued)), 0)
+	if r, err := in.client.Requeue(ctx, &taskpickv1.RequeueRequest{Pool: p, Ids: []string{"x"}}); err != nil || !r.GetRequeued()[0] {
+		t.Fatalf("Requeue x: %v %v", r, err)
+	}
+	wantDuplicate(t, putAll(t, in, p, uniqueTask("z", "q", queued)), 0, "y", taskpickv1.State_STATE_AVAILABLE)
+	cancelTask(t, in, p, "y")
+	wantCreated(t, putAll(t, in, p, uniqueTask("z", "q", queued)), 0)
+	wantDuplicate(t, putAll(t, in, p, uniqueTask("x2", "q", queued)), 0, "z", taskpickv1.State_STATE_AVAILABLE)
+}

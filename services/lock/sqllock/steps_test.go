@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -408,6 +409,49 @@ func TestRunStepsConcurrentSizes(t *testing.T) {
 		case <-done:
 		case <-ctx.Done():
 			t.Fatal("batches of several sizes at once did not finish in 2 minutes: deadlocked")
+		}
+	})
+}
+
+// TestRunStepsThousandOnOneKey runs a batch of 1,000 random steps on one key by two owners
+// (acquires past the hold limit, releases with right and wrong tokens, renewals, inspections),
+// decided in one transaction, and the same script as single calls on another store: every
+// step gets its single call's answer and the key ends alike.
+func TestRunStepsThousandOnOneKey(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	script := make([]scriptOp, 1000)
+	for i := range script {
+		o := []string{"A", "B"}[r.IntN(2)]
+		switch r.IntN(5) {
+		case 0, 1:
+			script[i] = acq("k", o)
+		case 2:
+			script[i] = rel("k", o, uint64(r.IntN(3)))
+		case 3:
+			script[i] = ren("k", o, time.Duration(r.IntN(2))*time.Minute)
+		default:
+			script[i] = insp("k")
+		}
+	}
+	forEngine(t, func(t *testing.T, e engine) {
+		ctx := context.Background()
+		batched, alone := e.newStore(t).open(t, Config{ReclaimInterval: Off}), e.newStore(t).open(t, Config{ReclaimInterval: Off})
+		steps := make([]*lock.Step, len(script))
+		for i, o := range script {
+			steps[i] = o.step()
+		}
+		batched.RunSteps(ctx, steps)
+		for i, o := range script {
+			single := o.step()
+			alone.runStep(ctx, single)
+			if got, want := answer(steps[i]), answer(single); got != want {
+				t.Fatalf("step %d (%d by %q): batched %q, alone %q", i, o.kind, o.owner, got, want)
+			}
+		}
+		got, want := must(batched.Inspect(ctx, "k")), must(alone.Inspect(ctx, "k"))
+		if got.Held != want.Held || got.FencingToken != want.FencingToken || got.HoldCount != want.HoldCount {
+			t.Fatalf("after the script: batched %+v, alone %+v", got, want)
 		}
 	})
 }

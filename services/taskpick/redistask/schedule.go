@@ -55,16 +55,18 @@ end
 `
 
 // putSchedScript: ARGV[3..9] spec, zone, payload, priority, max attempts, missed, next fire
-// (-1: none). Returns {created, read()}.
+// (-1: none), which a running schedule of the same spec and zone does not take: it keeps its
+// own. Returns {created, read()}.
 var putSchedScript = redis.NewScript(prelude + schedPrelude + `
 local created = 1 - redis.call('EXISTS', K_SCH)
+local same = created == 0 and redis.call('HGET', K_SCH, 's') == ARGV[3] and redis.call('HGET', K_SCH, 'z') == ARGV[4]
 redis.call('HSET', K_SCH, 's', ARGV[3], 'z', ARGV[4], 'p', ARGV[5], 'pr', ARGV[6], 'ma', ARGV[7], 'mi', ARGV[8])
 if created == 1 then redis.call('HSET', K_SCH, 'pa', 0, 'lf', 0) end
 redis.call('ZADD', K_NAMES, 0, NAME)
 local nf = tonumber(ARGV[9])
 if redis.call('HGET', K_SCH, 'pa') == '1' or nf < 0 then
   redis.call('ZREM', K_DUE, NAME)
-else
+elseif not (same and redis.call('ZSCORE', K_DUE, NAME)) then
   redis.call('ZADD', K_DUE, nf, NAME)
 end
 return {created, read()}
@@ -99,14 +101,32 @@ if redis.call('ZCARD', K_NAMES) == 0 then return {1, 1} end
 return {1, 0}
 `)
 
+// schedDigestLua defines schedDigest: a digest of everything of a schedule's hash that its
+// fire's plan depends on besides the next fire, each field length-prefixed.
+const schedDigestLua = `
+local function schedDigest(key)
+  local f = redis.call('HMGET', key, 's', 'z', 'p', 'pr', 'ma', 'mi')
+  local parts = {}
+  for i = 1, 6 do
+    local v = f[i] or ''
+    parts[i] = #v .. ':' .. v
+  end
+  return redis.sha1hex(table.concat(parts))
+end
+`
+
 // fireSchedScript applies one Fire: ARGV[3] the next fire it was planned from, ARGV[4] the
 // new next fire (-1: none), ARGV[5] the fired tick, then the task (ARGV[6] id, "" for none,
-// ARGV[7] payload, ARGV[8] priority, ARGV[9] max attempts). Returns -1 when the schedule's
-// next fire is no longer ARGV[3] (another instance fired it, or it was paused, deleted or
-// put again), else whether the task was added.
-var fireSchedScript = redis.NewScript(prelude + schedPrelude + `
+// ARGV[7] payload, ARGV[8] priority, ARGV[9] max attempts), ARGV[10] the schedDigest it was
+// planned from. Returns -1 when the schedule's next fire is no longer ARGV[3] (another
+// instance fired it, or it was paused or deleted) or it is no longer the schedule planned
+// from (put again, or deleted and made anew, with another spec, zone, template or missed
+// policy but the same next tick: the old plan must not apply to it), else whether the task
+// was added.
+var fireSchedScript = redis.NewScript(prelude + schedPrelude + schedDigestLua + `
 local nf = redis.call('ZSCORE', K_DUE, NAME)
 if not nf or tonumber(nf) ~= tonumber(ARGV[3]) then return -1 end
+if schedDigest(K_SCH) ~= ARGV[10] then return -1 end
 if tonumber(ARGV[4]) >= 0 then
   redis.call('ZADD', K_DUE, ARGV[4], NAME)
 else
@@ -256,16 +276,16 @@ func (b *Backend) DeleteSchedule(ctx context.Context, pool, name string) error {
 }
 
 // dueSchedScript reads up to ARGV[3] running schedules due at ARGV[4] (ms): per schedule its
-// name, then read()'s fields. The last key, the hash of the schedule named "", is every
+// name, then read()'s fields, then its schedDigest. The last key, the hash of the schedule named "", is every
 // schedule hash's prefix.
-var dueSchedScript = redis.NewScript(prelude + `
+var dueSchedScript = redis.NewScript(prelude + schedDigestLua + `
 local K_DUE, prefix = KEYS[#KEYS - 1], KEYS[#KEYS]
 local names = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', ARGV[4], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for i = 1, #names, 2 do
   local f = redis.call('HMGET', prefix .. names[i], 's', 'z', 'p', 'pr', 'ma', 'mi', 'pa', 'lf')
   if f[1] then
-    out[#out + 1] = {names[i], 1, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], names[i + 1]}
+    out[#out + 1] = {names[i], 1, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], names[i + 1], schedDigest(prefix .. names[i])}
   end
 end
 return out
@@ -283,7 +303,11 @@ func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan fu
 	if err != nil {
 		return nil, b.fail(ctx, err)
 	}
-	var due []taskpick.Schedule
+	type dueSchedule struct {
+		taskpick.Schedule
+		digest string // of what the plan reads (schedDigestLua)
+	}
+	var due []dueSchedule
 	for _, pool := range pools {
 		if len(due) >= limit {
 			break
@@ -298,7 +322,7 @@ func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan fu
 			if err != nil || s.Paused || s.NextFire.IsZero() || s.NextFire.After(now) {
 				continue
 			}
-			due = append(due, s)
+			due = append(due, dueSchedule{s, str(row[11])})
 		}
 	}
 	var (
@@ -309,8 +333,8 @@ func (b *Backend) FireDue(ctx context.Context, now time.Time, limit int, plan fu
 		slots = make(chan struct{}, fireConcurrency)
 	)
 	for _, s := range due {
-		f := plan(s)
-		args := []any{s.NextFire.UnixMilli(), millisOrNone(f.Next), f.Fired.UnixMilli(), "", "", 0, 0}
+		f := plan(s.Schedule)
+		args := []any{s.NextFire.UnixMilli(), millisOrNone(f.Next), f.Fired.UnixMilli(), "", "", 0, 0, s.digest}
 		if f.Task != nil {
 			args[3], args[4], args[5], args[6] = f.Task.ID, f.Task.Payload, f.Task.Priority, f.Task.MaxAttempts
 		}

@@ -139,7 +139,7 @@ while i <= #ARGV do
   local ukey, uscope, uperiod = ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
   local hid, hst
   if ukey ~= '' then hid, hst = holder(ukey) end
-  if hid and hid ~= id then
+  if hid and (hid ~= id or hst == 0) then -- the holder's own id, gone, is a new task
     out[#out + 1] = 2
     out[#out + 1] = hid
     out[#out + 1] = hst

@@ -56,7 +56,9 @@ func (b *Backend) putIn(ctx context.Context, tx *sql.Tx, pool string, tasks []ta
 			if err != nil {
 				return nil, err
 			}
-			if h.held && h.id != t.ID {
+			// The holder's own id is an idempotent Put while its task exists; once it is
+			// gone (a period outlives it), putting that id again is a new task.
+			if h.held && (h.id != t.ID || h.gone) {
 				results[i] = taskpick.PutResult{Duplicate: true, HolderID: h.id, HolderState: h.state}
 				continue
 			}

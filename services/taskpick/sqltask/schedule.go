@@ -93,7 +93,8 @@ func (b *Backend) getScheduleIn(ctx context.Context, tx *sql.Tx, pool, name stri
 }
 
 // PutSchedule implements taskpick.ScheduleStore: an insert that does nothing when the
-// schedule exists, else an update of the locked row that keeps its paused state.
+// schedule exists, else an update of the locked row that keeps its paused state, and its next
+// fire when the spec and zone are the same.
 func (b *Backend) PutSchedule(ctx context.Context, s taskpick.Schedule) (taskpick.Schedule, bool, error) {
 	var stored taskpick.Schedule
 	var created bool
@@ -114,8 +115,11 @@ func (b *Backend) PutSchedule(ctx context.Context, s taskpick.Schedule) (taskpic
 				return err
 			}
 			next := millisOrNull(s.NextFire)
-			if old.Paused {
+			switch {
+			case old.Paused:
 				next = nil
+			case old.Spec == s.Spec && old.Timezone == s.Timezone && !old.NextFire.IsZero():
+				next = old.NextFire.UnixMilli() // the same ticks: a due one not fired yet stays due
 			}
 			if _, err := tx.ExecContext(ctx, "UPDATE "+scheduleTable+" SET spec = ?, timezone = ?, payload = ?, priority = ?, max_attempts = ?, missed = ?, next_fire = ? WHERE pool = ? AND name = ?",
 				s.Spec, s.Timezone, nonNil(s.Payload), s.Priority, s.MaxAttempts, int64(s.Missed), next, s.Pool, s.Name); err != nil {

@@ -55,6 +55,7 @@ type holder struct {
 	held  bool
 	id    string
 	state taskpick.State
+	gone  bool // the holding task no longer exists (a period key outlives it)
 }
 
 // uniqueHolder reads who holds key, whose row lockUniqueKeys locked: the task that claimed it
@@ -79,7 +80,7 @@ func (b *Backend) uniqueHolder(ctx context.Context, tx *sql.Tx, pool, key string
 	case nil:
 		h.state = stateOf(st, runAt, now)
 	case sql.ErrNoRows:
-		exists = false
+		exists, h.gone = false, true
 	default:
 		return h, err
 	}

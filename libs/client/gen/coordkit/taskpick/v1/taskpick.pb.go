@@ -3017,7 +3017,8 @@ type ScheduleTemplate struct {
 	Payload []byte `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
 	// The task's priority.
 	Priority int32 `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
-	// The task's max_attempts; 0 means the service's default (25), at most 1000.
+	// The task's max_attempts, at most 1000; 0 means the pool's default
+	// (PoolSettings.max_attempts) when the task is put, else the service's (25).
 	MaxAttempts   uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
