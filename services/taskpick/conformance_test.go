@@ -52,6 +52,9 @@ var behaviours = []struct {
 	{"CancelReadyDelayedNotLeased", testCancel},
 	{"PoolSettingsSurviveRestart", testSettingsSurviveRestart},
 	{"RacingSetPoolSettingsLeaveOneWhole", testConcurrentSettings},
+	{"MaxLeasedExactAcrossInstances", testMaxLeasedExact},
+	{"MaxLeasedWaitersWokenByAck", testMaxLeasedWakes},
+	{"MaxLeasedZeroAndExpiredLeases", testMaxLeasedEdges},
 	{"Schedules", testSchedules},
 }
 

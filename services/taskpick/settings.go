@@ -36,6 +36,9 @@ const (
 	MaxMultiplier = 100
 	// DefaultMultiplier is a retry policy's growth when it names none.
 	DefaultMultiplier = 2
+	// MaxLeasedLimit is the largest max_leased a pool may have (2^31 - 1): every engine
+	// stores it in a signed 32-bit column or a Lua number.
+	MaxLeasedLimit = math.MaxInt32
 )
 
 // RetryPolicy is a pool's exponential backoff with jitter.
@@ -58,6 +61,10 @@ type PoolSettings struct {
 	MaxAttempts uint32
 	// Paused stops picks.
 	Paused bool
+	// MaxLeased is the most tasks of the pool leased at once (live leases: expired ones do
+	// not count); 0 means no limit. A Pick leases at most MaxLeased minus the live leases, in
+	// the same atomic step that counts them.
+	MaxLeased uint32
 }
 
 // Delay is how long a task waits after the failure of attempt (from 1), with draw, uniform

@@ -17,7 +17,9 @@ import (
 // a full batch wakes the next one, since more may be left. Events are hints (NATS may lose
 // them): a waiter also tries again at the earliest delayed task's due time, and every
 // recheck interval (Config.Recheck with events, PollInterval without). A Pick of a paused
-// pool waits the same way: ResumePool announces the pool's tasks, which wakes it.
+// pool waits the same way: ResumePool announces the pool's tasks, which wakes it. So does a
+// Pick of a pool at its MaxLeased: the Ack or Nack that frees a place announces it (see
+// limits.go), and NextDue is then the end of the earliest live lease.
 const (
 	// DefaultRecheck bounds how long a lost event delays a waiting Pick while events flow.
 	DefaultRecheck = time.Second

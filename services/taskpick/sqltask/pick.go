@@ -59,27 +59,53 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	run := func(skippedFirst bool) error {
+	run := func(skippedFirst, limited bool) error {
 		return b.tx(ctx, func(tx *sql.Tx) (err error) {
-			var paused int
-			if err := tx.StmtContext(ctx, b.st.nowPaused).QueryRowContext(ctx, pool).Scan(&now, &paused); err != nil {
+			out = taskpick.Picked{}
+			var paused bool
+			var limit int64
+			if limited {
+				now, paused, limit, err = b.lockLimit(ctx, tx, pool)
+			} else {
+				var p int
+				err = tx.StmtContext(ctx, b.st.nowPaused).QueryRowContext(ctx, pool).Scan(&now, &p, &limit)
+				paused = p != 0
+			}
+			if err != nil {
 				return err
 			}
-			if out.Paused = paused != 0; out.Paused {
+			if out.Paused = paused; out.Paused {
 				return nil
 			}
-			out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, now, skippedFirst)
+			want := spec.N
+			if limit > 0 {
+				if !limited && b.d.ForUpdate != "" {
+					return errLimited
+				}
+				if want, out.NextDue, err = b.placesLeft(ctx, tx, pool, limit, now, want); err != nil || want == 0 {
+					out.Limited = err == nil
+					return err
+				}
+			}
+			out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, want, now, skippedFirst)
 			return err
 		})
 	}
-	err = run(false)
-	if errors.Is(err, errSkipped) {
-		err = run(true)
+	skipped, limited := false, false
+	for range 4 { // at most: limited, then skipped, then done
+		err = run(skipped, limited)
+		if errors.Is(err, errLimited) {
+			limited = true
+		} else if errors.Is(err, errSkipped) {
+			skipped = true
+		} else {
+			break
+		}
 	}
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	if len(out.Tasks) < spec.N && !out.Full && !out.Paused {
+	if len(out.Tasks) < spec.N && !out.Full && !out.Paused && !out.Limited {
 		var due sql.NullInt64
 		if err := b.st.nextDue.QueryRowContext(ctx, pool, now).Scan(&due); err != nil {
 			return taskpick.Picked{}, b.fail(ctx, err)
@@ -150,10 +176,10 @@ func (b *Backend) pickStatements(ctx context.Context, n int, order taskpick.Orde
 	return out, nil
 }
 
-// pickLocked leases up to spec.N tasks: the candidate reads, one row at a time until the
-// answer's budget is spent (full), then one UPDATE of the rows it kept.
-func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, spec taskpick.PickSpec, now int64, skippedFirst bool) (tasks []taskpick.LeasedTask, full bool, err error) {
-	n := spec.N
+// pickLocked leases up to want (at most spec.N) tasks: the candidate reads, one row at a
+// time until the answer's budget is spent (full), then one UPDATE of the rows it kept.
+func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, spec taskpick.PickSpec, want int, now int64, skippedFirst bool) (tasks []taskpick.LeasedTask, full bool, err error) {
+	n := want
 	var found []cand
 	have := map[int64]bool{}
 	used := 0
@@ -221,6 +247,7 @@ func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, poo
 		return nil, false, nil
 	}
 	args := []any{now + 1 + ceilMillis(spec.TTL), now * taskpick.TokenScale, now * taskpick.TokenScale}
+	n = spec.N // the lease statement's places
 	for i := range n {
 		seq, digest := int64(0), ""
 		if i < len(found) {

@@ -1,0 +1,168 @@
+package taskpick_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	taskpickv1 "github.com/coordkit/coordkit/libs/client/gen/coordkit/taskpick/v1"
+	"github.com/coordkit/coordkit/services/taskpick"
+)
+
+// Limits on Pick, on every backend (rows of the conformance table).
+
+// testMaxLeasedExact: three instances over one store, 32 workers picking a pool limited to 5
+// and holding each task a while. The live leases, counted by the workers themselves (up when
+// a Pick answered, down before the Ack), never pass 5, and reach it.
+func testMaxLeasedExact(t *testing.T, b backendCase) {
+	open, bus := b.store(t), embeddedBus(t)
+	var ins []*instance
+	for range 3 {
+		ins = append(ins, startInstance(t, b.name, open(t), bus))
+	}
+	p := pool(t, "limit5")
+	if got := setSettings(t, ins[0], p, &taskpickv1.PoolSettings{MaxLeased: 5}); got.GetMaxLeased() != 5 {
+		t.Fatalf("SetPoolSettings answered %v", got)
+	}
+	const tasks = 25
+	var batch []*taskpickv1.NewTask
+	for i := range tasks {
+		batch = append(batch, task(fmt.Sprint("t", i)))
+	}
+	put(t, ins[1], p, batch...)
+	wctx, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	var live, most, acked atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 32 {
+		in := ins[w%3]
+		wg.Go(func() {
+			for wctx.Err() == nil {
+				r, err := in.client.Pick(wctx, &taskpickv1.PickRequest{Pool: p, Ttl: sec(time.Minute), Wait: sec(10 * time.Second)})
+				if err != nil {
+					return // stopped
+				}
+				for _, l := range r.GetTasks() {
+					n := live.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					time.Sleep(150 * time.Millisecond) // long enough for all five places to fill
+					live.Add(-1)
+					if _, err := in.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: l.GetId(), LeaseToken: l.GetLeaseToken(), LeaseSecret: l.GetLeaseSecret()}); err != nil {
+						t.Errorf("Ack: %v", err)
+					}
+					if acked.Add(1) == tasks {
+						stop()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if acked.Load() != tasks {
+		t.Fatalf("acked %d of %d tasks in a minute", acked.Load(), tasks)
+	}
+	if m := most.Load(); m != 5 {
+		t.Fatalf("most live leases at once: %d, want 5 (the limit)", m)
+	}
+}
+
+// testMaxLeasedWakes: a Pick waiting for a place in a limited pool waits (it does not spin),
+// and is woken by the Ack, on another instance, that frees one, and by a raised limit.
+// Recheck is an hour and the leases long: only the announcements can end the waits in time.
+func testMaxLeasedWakes(t *testing.T, b backendCase) {
+	open, bus := b.store(t), embeddedBus(t)
+	hour := func(c *taskpick.Config) { c.Recheck = time.Hour }
+	cb := &countingBackend{Backend: open(t)}
+	waiting, acking := startInstance(t, b.name, cb, bus, hour), startInstance(t, b.name, open(t), bus, hour)
+	p := pool(t, "limitwake")
+	setSettings(t, acking, p, &taskpickv1.PoolSettings{MaxLeased: 1})
+	put(t, acking, p, task("a"), task("b"), task("c"))
+	held := pick(t, acking, &taskpickv1.PickRequest{Pool: p, Count: 3, Ttl: sec(time.Minute)})
+	if len(held) != 1 {
+		t.Fatalf("a Pick of 3 in a pool limited to 1 leased %v", ids(held))
+	}
+	if got := pick(t, waiting, &taskpickv1.PickRequest{Pool: p}); len(got) != 0 {
+		t.Fatalf("a Pick over the limit leased %v", ids(got))
+	}
+	done := make(chan []*taskpickv1.LeasedTask, 2)
+	waitPick := func() {
+		r, err := waiting.client.Pick(ctx, &taskpickv1.PickRequest{Pool: p, Ttl: sec(time.Minute), Wait: sec(time.Minute)})
+		if err != nil {
+			t.Errorf("waiting Pick: %v", err)
+		}
+		done <- r.GetTasks()
+	}
+	before := cb.picks.Load()
+	go waitPick()
+	time.Sleep(500 * time.Millisecond)
+	if n := cb.picks.Load() - before; n > 3 {
+		t.Fatalf("a Pick waiting for a place tried %d times in 500ms: it must wait, not spin", n)
+	}
+	select {
+	case got := <-done:
+		t.Fatalf("a Pick over the limit answered %v", ids(got))
+	default:
+	}
+	l := held[0]
+	acked := time.Now()
+	if _, err := acking.client.Ack(ctx, &taskpickv1.AckRequest{Pool: p, Id: l.GetId(), LeaseToken: l.GetLeaseToken(), LeaseSecret: l.GetLeaseSecret()}); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+	select {
+	case got := <-done:
+		if len(got) != 1 {
+			t.Fatalf("woken Pick leased %v, want one task", ids(got))
+		}
+		t.Logf("waiting Pick woke %v after the Ack on another instance", time.Since(acked))
+	case <-time.After(20 * time.Second):
+		t.Fatal("an Ack of a limited pool did not wake a Pick waiting for a place")
+	}
+	// The place is taken again; a raised limit lets the next waiter in.
+	go waitPick()
+	time.Sleep(200 * time.Millisecond)
+	setSettings(t, acking, p, &taskpickv1.PoolSettings{MaxLeased: 2})
+	select {
+	case got := <-done:
+		if len(got) != 1 {
+			t.Fatalf("woken Pick leased %v, want one task", ids(got))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("raising the limit did not wake a Pick waiting for a place")
+	}
+}
+
+// testMaxLeasedEdges: 0 is no limit; expired leases take no place (this instance runs no
+// sweep, so they are still leased in the store).
+func testMaxLeasedEdges(t *testing.T, b backendCase) {
+	in := startInstance(t, b.name, b.store(t)(t), embeddedBus(t), func(c *taskpick.Config) { c.SweepInterval = time.Hour })
+	p := pool(t, "limitedges")
+	var batch []*taskpickv1.NewTask
+	for i := range 12 {
+		batch = append(batch, task(fmt.Sprint("t", i)))
+	}
+	put(t, in, p, batch...)
+	setSettings(t, in, p, &taskpickv1.PoolSettings{MaxLeased: 2})
+	if got := getSettings(t, in, p).GetSettings().GetMaxLeased(); got != 2 {
+		t.Fatalf("GetPoolSettings max_leased %d, want 2", got)
+	}
+	if got := pick(t, in, &taskpickv1.PickRequest{Pool: p, Count: 5, Ttl: sec(time.Second)}); len(got) != 2 {
+		t.Fatalf("a Pick of 5 in a pool limited to 2 leased %v", ids(got))
+	}
+	if got := pick(t, in, &taskpickv1.PickRequest{Pool: p, Count: 5}); len(got) != 0 {
+		t.Fatalf("a Pick at the limit leased %v", ids(got))
+	}
+	// The two leases end within a second; the waiting Pick wakes at their end.
+	if got := pick(t, in, &taskpickv1.PickRequest{Pool: p, Count: 5, Ttl: sec(time.Minute), Wait: sec(20 * time.Second)}); len(got) != 2 {
+		t.Fatalf("after the leases expired a Pick leased %v, want 2", ids(got))
+	}
+	setSettings(t, in, p, &taskpickv1.PoolSettings{}) // 0: no limit
+	// 8 are left, or 10 where another test's sweep (MySQL's rows share a table) recovered
+	// the expired two.
+	if got := pick(t, in, &taskpickv1.PickRequest{Pool: p, Count: 10}); len(got) < 8 {
+		t.Fatalf("without a limit a Pick of 10 leased %d, want all that are left (8 or 10)", len(got))
+	}
+}
