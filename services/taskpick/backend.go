@@ -189,10 +189,10 @@ type Picked struct {
 	// Paused is true when the pool is paused: the pick leased nothing, and a waiting pick
 	// waits for ResumePool's wake-up (or its recheck), not for NextDue.
 	Paused bool
-	// Limited is true when the pool's MaxLeased stopped the pick: it leased nothing because
-	// the pool has MaxLeased live leases. NextDue is then the earliest end of one of them (or
-	// of a delayed task's wait), and a waiting pick is also woken by the Ack or Nack that
-	// frees a place.
+	// Limited is true when the pool's limits stopped the pick: it leased nothing because the
+	// pool has MaxLeased live leases (NextDue is then the earliest end of one of them, or of
+	// a delayed task's wait, and a waiting pick is also woken by the Ack or Nack that frees a
+	// place), or because its rate limit has no token (NextDue is then when the next comes).
 	Limited bool
 }
 

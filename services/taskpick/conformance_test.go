@@ -55,6 +55,7 @@ var behaviours = []struct {
 	{"MaxLeasedExactAcrossInstances", testMaxLeasedExact},
 	{"MaxLeasedWaitersWokenByAck", testMaxLeasedWakes},
 	{"MaxLeasedZeroAndExpiredLeases", testMaxLeasedEdges},
+	{"RateLimitSharedAcrossInstances", testRateLimit},
 	{"Schedules", testSchedules},
 }
 

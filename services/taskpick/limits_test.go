@@ -166,3 +166,55 @@ func testMaxLeasedEdges(t *testing.T, b backendCase) {
 		t.Fatalf("without a limit a Pick of 10 leased %d, want all that are left (8 or 10)", len(got))
 	}
 }
+
+// testRateLimit: two instances over one store, 8 workers picking a pool limited to 5 tasks a
+// second with a burst of 2 for about 2 s: they lease no more than the bucket allows (generous
+// bounds), more than the burst (tokens come back), and the waiting Picks wait for the next
+// token rather than spin.
+func testRateLimit(t *testing.T, b backendCase) {
+	open, bus := b.store(t), embeddedBus(t)
+	cb := &countingBackend{Backend: open(t)}
+	ins := []*instance{startInstance(t, b.name, cb, bus), startInstance(t, b.name, open(t), bus)}
+	p := pool(t, "rate")
+	got := setSettings(t, ins[0], p, &taskpickv1.PoolSettings{Rate: 5, Burst: 2})
+	if got.GetRate() != 5 || got.GetBurst() != 2 || getSettings(t, ins[1], p).GetSettings().GetRate() != 5 {
+		t.Fatalf("SetPoolSettings answered %v", got)
+	}
+	var batch []*taskpickv1.NewTask
+	for i := range 40 {
+		batch = append(batch, task(fmt.Sprint("t", i)))
+	}
+	put(t, ins[1], p, batch...)
+	const window = 2 * time.Second
+	start := time.Now()
+	wctx, stop := context.WithTimeout(ctx, window)
+	defer stop()
+	var leased atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		in := ins[w%2]
+		wg.Go(func() {
+			for wctx.Err() == nil {
+				r, err := in.client.Pick(wctx, &taskpickv1.PickRequest{Pool: p, Count: 3, Ttl: sec(time.Minute), Wait: sec(time.Minute)})
+				if err != nil {
+					return
+				}
+				leased.Add(int64(len(r.GetTasks())))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	n := leased.Load()
+	// Tokens: the burst, plus 5 a second from the first pick on, plus slack for the clocks.
+	if most := int64(2 + 5*elapsed.Seconds() + 2); n > most {
+		t.Fatalf("leased %d tasks in %v at 5 a second with a burst of 2, want at most %d", n, elapsed, most)
+	}
+	if n <= 2 {
+		t.Fatalf("leased %d tasks in %v: the bucket never refilled", n, elapsed)
+	}
+	if tries := cb.picks.Load(); tries > 300 {
+		t.Fatalf("%d pick attempts on one instance in %v: waiting Picks must wait for the next token, not spin", tries, elapsed)
+	}
+	t.Logf("leased %d tasks in %v; %d pick attempts on one instance", n, elapsed, cb.picks.Load())
+}

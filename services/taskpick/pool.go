@@ -123,6 +123,17 @@ func parseSettings(in *taskpickv1.PoolSettings) (PoolSettings, error) {
 		return out, server.InvalidField("settings.max_leased", "%d is above %d; 0 means no limit", n, MaxLeasedLimit)
 	}
 	out.MaxLeased = in.GetMaxLeased()
+	if r := in.GetRate(); math.IsNaN(r) || r < 0 || r > MaxRate {
+		return out, server.InvalidField("settings.rate", "%v is outside [0, %d] tasks a second; 0 means no rate limit", r, MaxRate)
+	}
+	out.Rate = in.GetRate()
+	switch b := in.GetBurst(); {
+	case b > MaxLeasedLimit:
+		return out, server.InvalidField("settings.burst", "%d is above %d", b, MaxLeasedLimit)
+	case b > 0 && out.Rate == 0:
+		return out, server.InvalidField("settings.burst", "is set without settings.rate: a burst is the size of a rate limit's bucket")
+	}
+	out.Burst = in.GetBurst()
 	return out, nil
 }
 
@@ -161,7 +172,7 @@ func parseRetry(r *taskpickv1.RetryPolicy) (RetryPolicy, error) {
 
 // settingsProto maps stored settings to the API.
 func settingsProto(s PoolSettings) *taskpickv1.PoolSettings {
-	out := &taskpickv1.PoolSettings{Paused: s.Paused, MaxLeased: s.MaxLeased}
+	out := &taskpickv1.PoolSettings{Paused: s.Paused, MaxLeased: s.MaxLeased, Rate: s.Rate, Burst: s.Burst}
 	if s.MaxAttempts != 0 {
 		n := s.MaxAttempts
 		out.MaxAttempts = &n

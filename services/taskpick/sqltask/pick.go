@@ -62,33 +62,42 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 	run := func(skippedFirst, limited bool) error {
 		return b.tx(ctx, func(tx *sql.Tx) (err error) {
 			out = taskpick.Picked{}
-			var paused bool
-			var limit int64
-			if limited {
-				now, paused, limit, err = b.lockLimit(ctx, tx, pool)
-			} else {
-				var p int
-				err = tx.StmtContext(ctx, b.st.nowPaused).QueryRowContext(ctx, pool).Scan(&now, &p, &limit)
-				paused = p != 0
+			if !limited {
+				// On MySQL this read takes the transaction's snapshot; a limited pick's
+				// first read is the row's lock instead, so that its count sees every pick
+				// that held the lock before.
+				var paused, hasLimits int
+				if err := tx.StmtContext(ctx, b.st.nowPaused).QueryRowContext(ctx, pool).Scan(&now, &paused, &hasLimits); err != nil {
+					return err
+				}
+				if out.Paused = paused != 0; out.Paused {
+					return nil
+				}
+				if hasLimits == 0 {
+					out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, spec.N, now, skippedFirst)
+					return err
+				}
+				if b.d.ForUpdate != "" {
+					return errLimited
+				}
 			}
+			l, err := b.lockLimit(ctx, tx, pool)
 			if err != nil {
 				return err
 			}
-			if out.Paused = paused; out.Paused {
+			now = l.now
+			if out.Paused = l.paused; out.Paused {
 				return nil
 			}
-			want := spec.N
-			if limit > 0 {
-				if !limited && b.d.ForUpdate != "" {
-					return errLimited
-				}
-				if want, out.NextDue, err = b.placesLeft(ctx, tx, pool, limit, now, want); err != nil || want == 0 {
-					out.Limited = err == nil
-					return err
-				}
+			want, next, err := b.placesLeft(ctx, tx, pool, l, spec.N)
+			if err != nil || want == 0 {
+				out.Limited, out.NextDue = err == nil, next
+				return err
 			}
-			out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, want, now, skippedFirst)
-			return err
+			if out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, want, now, skippedFirst); err != nil {
+				return err
+			}
+			return b.takeTokens(ctx, tx, pool, l, len(out.Tasks))
 		})
 	}
 	skipped, limited := false, false

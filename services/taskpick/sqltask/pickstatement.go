@@ -63,7 +63,7 @@ func pickStatement(o taskpick.Order, n int, now string, locked bool) string {
 			window = "neg_priority, run_at, seq"
 		}
 	}
-	return "WITH clock AS MATERIALIZED (SELECT " + now + " AS now, COALESCE(MAX(paused), 0) AS paused, COALESCE(MAX(max_leased), 0) AS ml FROM " +
+	return "WITH clock AS MATERIALIZED (SELECT " + now + " AS now, COALESCE(MAX(paused), 0) AS paused, " + limitedExpr + " AS ml FROM " +
 		poolTable + " WHERE pool = ?), " + lockedCTE +
 		"numbered AS (SELECT seq, row_number() OVER w AS i, SUM(size) OVER w AS used FROM locked" +
 		" WINDOW w AS (ORDER BY " + window + " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)), " +
@@ -115,19 +115,17 @@ func (b *Backend) pickLimited(ctx context.Context, pool string, spec taskpick.Pi
 	var out taskpick.Picked
 	err := b.tx(ctx, func(tx *sql.Tx) error {
 		out = taskpick.Picked{}
-		now, paused, limit, err := b.lockLimit(ctx, tx, pool)
+		l, err := b.lockLimit(ctx, tx, pool)
 		if err != nil {
 			return err
 		}
-		if out.Paused = paused; paused {
+		if out.Paused = l.paused; out.Paused {
 			return nil
 		}
-		want := spec.N
-		if limit > 0 {
-			if want, out.NextDue, err = b.placesLeft(ctx, tx, pool, limit, now, want); err != nil || want == 0 {
-				out.Limited = err == nil
-				return err
-			}
+		want, next, err := b.placesLeft(ctx, tx, pool, l, spec.N)
+		if err != nil || want == 0 {
+			out.Limited, out.NextDue = err == nil, next
+			return err
 		}
 		st, err := b.stmtN(ctx, pickStatement(spec.Order, want, b.d.NowMillis, true))
 		if err != nil {
@@ -137,8 +135,10 @@ func (b *Backend) pickLimited(ctx context.Context, pool string, spec taskpick.Pi
 		if err != nil {
 			return err
 		}
-		out, _, err = scanPick(rows, want)
-		return err
+		if out, _, err = scanPick(rows, want); err != nil {
+			return err
+		}
+		return b.takeTokens(ctx, tx, pool, l, len(out.Tasks))
 	})
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)

@@ -198,8 +198,11 @@ func migrate(ctx context.Context, db *sqldb.DB) error {
 	if err := createPoolTable(ctx, db); err != nil {
 		return err
 	}
-	if err := addColumn(ctx, db, poolTable, "max_leased", "INTEGER NOT NULL DEFAULT 0"); err != nil {
-		return err
+	for _, c := range [][2]string{{"max_leased", "INTEGER NOT NULL DEFAULT 0"}, {"rate", "DOUBLE PRECISION NOT NULL DEFAULT 0"},
+		{"burst", "INTEGER NOT NULL DEFAULT 0"}, {"bucket_tokens", "DOUBLE PRECISION NOT NULL DEFAULT 0"}, {"bucket_ms", "BIGINT NOT NULL DEFAULT 0"}} {
+		if err := addColumn(ctx, db, poolTable, c[0], c[1]); err != nil {
+			return err
+		}
 	}
 	hasColumn := func() bool {
 		rows, err := db.QueryContext(ctx, "SELECT lease_hash FROM "+table+" WHERE 1 = 0")
