@@ -160,7 +160,11 @@ func TestCLITaskRoundTrip(t *testing.T) {
 			fails(t, "settings.retry.jitter", "pool", "set", pool, "--retry-initial", "1s", "--retry-jitter", "2")
 			fails(t, "settings.max_leased", "pool", "set", pool, "--max-leased", "2147483648")
 			// A limit of one: a pick of two leases one, and the next pick none.
-			if out := task(t, "pool", "set", pool, "--max-leased", "1"); !strings.Contains(out, "max-leased=1") {
+			fails(t, "settings.burst", "pool", "set", pool, "--burst", "3")
+			if out := task(t, "pool", "set", pool, "--rate", "2.5", "--burst", "4"); !strings.Contains(out, "rate=2.5/s burst=4") {
+				t.Fatalf("pool set --rate printed %q", out)
+			}
+			if out := task(t, "pool", "set", pool, "--max-leased", "1"); !strings.Contains(out, "max-leased=1") || !strings.Contains(out, "rate=none") {
 				t.Fatalf("pool set --max-leased printed %q", out)
 			}
 			task(t, "put", pool, "l1")

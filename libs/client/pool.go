@@ -46,6 +46,12 @@ type PoolSettings struct {
 	// over it wait for an Ack, Nack or expiry to free a place. 0 means no limit; at most
 	// 2^31 - 1.
 	MaxLeased uint32
+	// Rate is the most tasks of the pool leased per second across every worker, a token
+	// bucket kept by the backend; 0 means no rate limit; at most 1,000,000.
+	Rate float64
+	// Burst is the bucket's size: the most tasks leased at once after a quiet while. Only
+	// with a Rate; 0 means 1.
+	Burst uint32
 }
 
 // Settings reads the pool's settings: the defaults when none are stored.
@@ -57,10 +63,10 @@ func (p *Pool) Settings(ctx context.Context) (PoolSettings, error) {
 	return settingsFrom(r.GetSettings()), nil
 }
 
-// SetSettings replaces the pool's retry policy, default max attempts and limit as a whole
+// SetSettings replaces the pool's retry policy, default max attempts and limits as a whole
 // (the paused flag stays as it is) and returns the settings now stored.
 func (p *Pool) SetSettings(ctx context.Context, s PoolSettings) (PoolSettings, error) {
-	req := &taskpickv1.SetPoolSettingsRequest{Backend: p.backend, Pool: p.name, Settings: &taskpickv1.PoolSettings{MaxLeased: s.MaxLeased}}
+	req := &taskpickv1.SetPoolSettingsRequest{Backend: p.backend, Pool: p.name, Settings: &taskpickv1.PoolSettings{MaxLeased: s.MaxLeased, Rate: s.Rate, Burst: s.Burst}}
 	if s.MaxAttempts != 0 {
 		req.Settings.MaxAttempts = &s.MaxAttempts
 	}
@@ -98,7 +104,8 @@ func (p *Pool) Cancel(ctx context.Context, id string) error {
 }
 
 func settingsFrom(s *taskpickv1.PoolSettings) PoolSettings {
-	out := PoolSettings{MaxAttempts: s.GetMaxAttempts(), Paused: s.GetPaused(), MaxLeased: s.GetMaxLeased()}
+	out := PoolSettings{MaxAttempts: s.GetMaxAttempts(), Paused: s.GetPaused(), MaxLeased: s.GetMaxLeased(),
+		Rate: s.GetRate(), Burst: s.GetBurst()}
 	if r := s.GetRetry(); r != nil {
 		out.Retry = &RetryPolicy{Initial: r.GetInitial().AsDuration(), Max: r.GetMax().AsDuration(), Multiplier: r.GetMultiplier(), Jitter: r.GetJitter()}
 	}
