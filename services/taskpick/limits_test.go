@@ -218,3 +218,32 @@ func testRateLimit(t *testing.T, b backendCase) {
 	}
 	t.Logf("leased %d tasks in %v; %d pick attempts on one instance", n, elapsed, cb.picks.Load())
 }
+
+// TestRefill checks the token bucket every SQL engine computes (Redis computes the same in
+// Lua): full before first use, refilled at the rate up to the burst, and the wait for the
+// next token never 0 while there is none (a waiting Pick would spin).
+func TestRefill(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		rate      float64
+		burst     uint32
+		tokens    float64
+		last, now int64
+		have      float64
+		next      int64
+	}{
+		{"never used is full", 5, 3, 0, 0, 1000, 3, 0},
+		{"burst 0 holds one", 5, 0, 0, 0, 1000, 1, 0},
+		{"refills at the rate", 5, 10, 0, 1000, 1400, 2, 0},
+		{"capped at the burst", 5, 2, 1, 1000, 100000, 2, 0},
+		{"empty waits for the next token", 5, 2, 0.5, 1000, 1000, 0.5, 100},
+		{"a clock step back refills nothing", 5, 2, 0.5, 2000, 1000, 0.5, 100},
+		{"a tiny deficit still waits 1 ms", 1e6, 1, 1 - 1e-12, 1000, 1000, 1 - 1e-12, 1},
+		{"slow rates wait long", 0.5, 1, 0, 1000, 1000, 0, 2000},
+	} {
+		have, next := taskpick.Refill(c.rate, c.burst, c.tokens, c.last, c.now)
+		if have != c.have || next != c.next {
+			t.Errorf("%s: Refill = %v, %d; want %v, %d", c.name, have, next, c.have, c.next)
+		}
+	}
+}
