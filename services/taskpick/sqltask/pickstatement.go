@@ -32,9 +32,9 @@ import (
 var pickSizeExpr = "4 * ((octet_length(payload) + 2) / 3) + 6 * octet_length(id) + " + strconv.Itoa(taskpick.TaskOverheadBytes)
 
 // pickStatement is the one-statement pick of up to n in order o; it leases nothing while the
-// pool is paused (poolTable), nor, unless locked, while the pool has a max_leased, and says
-// so (a locked pick runs in pickLimited's transaction, which holds the pool's row and
-// counted its leases). Parameters: pool (for paused), pool, (random: r, pool, r), max bytes,
+// pool is paused (poolTable), nor, unless locked, while the pool has limits (limitedExpr),
+// and says so (a locked pick runs in pickLimited's transaction, which holds the pool's row
+// and worked out what the limits leave). Parameters: pool (for paused), pool, (random: r, pool, r), max bytes,
 // lease ttl in ms, digests (text[]), pool.
 //
 // n is in the text, not a parameter: PostgreSQL plans a prepared statement once for every
@@ -48,7 +48,7 @@ func pickStatement(o taskpick.Order, n int, now string, locked bool) string {
 	due := " FROM " + table + " WHERE pool = ? AND state = " + avail + " AND " + pickOnly[o] + " AND run_at <= (SELECT now FROM clock)" +
 		" AND (SELECT paused FROM clock) = 0"
 	if !locked {
-		due += " AND (SELECT ml FROM clock) = 0"
+		due += " AND (SELECT limited FROM clock) = 0"
 	}
 	var lockedCTE, window string
 	if o == taskpick.Random {
@@ -63,7 +63,7 @@ func pickStatement(o taskpick.Order, n int, now string, locked bool) string {
 			window = "neg_priority, run_at, seq"
 		}
 	}
-	return "WITH clock AS MATERIALIZED (SELECT " + now + " AS now, COALESCE(MAX(paused), 0) AS paused, " + limitedExpr + " AS ml FROM " +
+	return "WITH clock AS MATERIALIZED (SELECT " + now + " AS now, COALESCE(MAX(paused), 0) AS paused, " + limitedExpr + " AS limited FROM " +
 		poolTable + " WHERE pool = ?), " + lockedCTE +
 		"numbered AS (SELECT seq, row_number() OVER w AS i, SUM(size) OVER w AS used FROM locked" +
 		" WINDOW w AS (ORDER BY " + window + " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)), " +
@@ -73,15 +73,15 @@ func pickStatement(o taskpick.Order, n int, now string, locked bool) string {
 		" lease_hash = (?::text[])[kept.i]" +
 		" FROM kept, clock WHERE t.seq = kept.seq" +
 		" RETURNING kept.i, t.id, t.payload, t.neg_priority, t.token, t.attempt, t.max_attempts) " +
-		"SELECT clock.now, clock.paused, clock.ml, (SELECT COUNT(*) FROM locked)," +
+		"SELECT clock.now, clock.paused, clock.limited, (SELECT COUNT(*) FROM locked)," +
 		" CASE WHEN (SELECT COUNT(*) FROM upd) < " + limit + " THEN (SELECT MIN(run_at) FROM " + table +
 		" WHERE pool = ? AND state = " + avail + " AND " + pickOnly[taskpick.FIFO] + " AND run_at > clock.now) END," +
 		" upd.i, upd.id, upd.payload, upd.neg_priority, upd.token, upd.attempt, upd.max_attempts" +
 		" FROM clock LEFT JOIN upd ON TRUE ORDER BY upd.i"
 }
 
-// pickInOneStatement is Pick on PostgreSQL: see pickStatement; a pool with a max_leased is
-// picked by pickLimited.
+// pickInOneStatement is Pick on PostgreSQL: see pickStatement; a pool with limits is picked
+// by pickLimited.
 func (b *Backend) pickInOneStatement(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
 	st, err := b.stmtN(ctx, pickStatement(spec.Order, spec.N, b.d.NowMillis, false))
 	if err != nil {
@@ -89,27 +89,27 @@ func (b *Backend) pickInOneStatement(ctx context.Context, pool string, spec task
 	}
 	args := pickArgs(pool, spec, spec.N)
 	var out taskpick.Picked
-	var limit int64
+	var limited bool
 	err = b.d.Retry(ctx, func() error {
 		rows, err := st.QueryContext(ctx, args...)
 		if err != nil {
 			return err
 		}
-		out, limit, err = scanPick(rows, spec.N)
+		out, limited, err = scanPick(rows, spec.N)
 		return err
 	})
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	if limit > 0 && !out.Paused {
+	if limited && !out.Paused {
 		return b.pickLimited(ctx, pool, spec)
 	}
 	return out, nil
 }
 
-// pickLimited is Pick on PostgreSQL of a pool with a max_leased: one transaction that locks
-// the pool's row, counts its live leases, and leases what is left of the limit with
-// pickStatement. Each statement of the transaction sees what committed before it began (READ
+// pickLimited is Pick on PostgreSQL of a pool with limits: one transaction that locks the
+// pool's row, works out what the limits leave (placesLeft), leases that with pickStatement
+// and takes the tokens. Each statement of the transaction sees what committed before it began (READ
 // COMMITTED), so the count sees every lease of the picks that held the row before.
 func (b *Backend) pickLimited(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
 	var out taskpick.Picked
@@ -156,21 +156,20 @@ func pickArgs(pool string, spec taskpick.PickSpec, n int) []any {
 	return append(args, spec.MaxBytes, ceilMillis(spec.TTL), spec.Digests[:n], pool)
 }
 
-// scanPick reads pickStatement's answer for a pick of n, and the pool's max_leased, and
-// closes rows.
-func scanPick(rows *sql.Rows, n int) (taskpick.Picked, int64, error) {
+// scanPick reads pickStatement's answer for a pick of n, and whether the pool has limits,
+// and closes rows.
+func scanPick(rows *sql.Rows, n int) (taskpick.Picked, bool, error) {
 	defer rows.Close()
 	var out taskpick.Picked
-	var locked, paused int
-	var limit int64
+	var locked, paused, limited int
 	var due sql.NullInt64
 	for rows.Next() {
 		var now int64
 		var i, neg, token, attempt, maxAttempts sql.NullInt64
 		var id sql.NullString
 		var payload []byte
-		if err := rows.Scan(&now, &paused, &limit, &locked, &due, &i, &id, &payload, &neg, &token, &attempt, &maxAttempts); err != nil {
-			return out, 0, err
+		if err := rows.Scan(&now, &paused, &limited, &locked, &due, &i, &id, &payload, &neg, &token, &attempt, &maxAttempts); err != nil {
+			return out, false, err
 		}
 		if !i.Valid {
 			continue // nothing leased: the one row of the clock
@@ -181,7 +180,7 @@ func scanPick(rows *sql.Rows, n int) (taskpick.Picked, int64, error) {
 		})
 	}
 	if err := rows.Err(); err != nil {
-		return out, 0, err
+		return out, false, err
 	}
 	out.Full = locked > len(out.Tasks)
 	if out.Paused = paused != 0; out.Paused {
@@ -190,7 +189,7 @@ func scanPick(rows *sql.Rows, n int) (taskpick.Picked, int64, error) {
 	if len(out.Tasks) < n && !out.Full && due.Valid {
 		out.NextDue = fromMillis(due.Int64)
 	}
-	return out, limit, nil
+	return out, limited != 0, nil
 }
 
 // oneStatementPick says whether the engine picks with pickStatement.
