@@ -53,7 +53,7 @@ var behaviours = []struct {
 	{"PoolSettingsSurviveRestart", testSettingsSurviveRestart},
 	{"RacingSetPoolSettingsLeaveOneWhole", testConcurrentSettings},
 	{"MaxLeasedExactAcrossInstances", testMaxLeasedExact},
-	{"MaxLeasedWaitersWokenByAck", testMaxLeasedWakes},
+	{"MaxLeasedWaitersWokenWhenAPlaceFrees", testMaxLeasedWakes},
 	{"MaxLeasedZeroAndExpiredLeases", testMaxLeasedEdges},
 	{"RateLimitSharedAcrossInstances", testRateLimit},
 	{"Schedules", testSchedules},

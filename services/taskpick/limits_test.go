@@ -71,7 +71,8 @@ func testMaxLeasedExact(t *testing.T, b backendCase) {
 }
 
 // testMaxLeasedWakes: a Pick waiting for a place in a limited pool waits (it does not spin),
-// and is woken by the Ack, on another instance, that frees one, and by a raised limit.
+// and is woken by the Ack, on another instance, that frees one, by a raised limit, and by a
+// Nack that delays its task (and so announces no available task).
 // Recheck is an hour and the leases long: only the announcements can end the waits in time.
 func testMaxLeasedWakes(t *testing.T, b backendCase) {
 	open, bus := b.store(t), embeddedBus(t)
@@ -80,7 +81,7 @@ func testMaxLeasedWakes(t *testing.T, b backendCase) {
 	waiting, acking := startInstance(t, b.name, cb, bus, hour), startInstance(t, b.name, open(t), bus, hour)
 	p := pool(t, "limitwake")
 	setSettings(t, acking, p, &taskpickv1.PoolSettings{MaxLeased: 1})
-	put(t, acking, p, task("a"), task("b"), task("c"))
+	put(t, acking, p, task("a"), task("b"), task("c"), task("d"))
 	held := pick(t, acking, &taskpickv1.PickRequest{Pool: p, Count: 3, Ttl: sec(time.Minute)})
 	if len(held) != 1 {
 		t.Fatalf("a Pick of 3 in a pool limited to 1 leased %v", ids(held))
@@ -125,13 +126,32 @@ func testMaxLeasedWakes(t *testing.T, b backendCase) {
 	go waitPick()
 	time.Sleep(200 * time.Millisecond)
 	setSettings(t, acking, p, &taskpickv1.PoolSettings{MaxLeased: 2})
+	var second *taskpickv1.LeasedTask
 	select {
 	case got := <-done:
 		if len(got) != 1 {
 			t.Fatalf("woken Pick leased %v, want one task", ids(got))
 		}
+		second = got[0]
 	case <-time.After(20 * time.Second):
 		t.Fatal("raising the limit did not wake a Pick waiting for a place")
+	}
+	// Both places taken again; a Nack that delays its task for an hour frees one.
+	go waitPick()
+	time.Sleep(200 * time.Millisecond)
+	nacked := time.Now()
+	if _, err := acking.client.Nack(ctx, &taskpickv1.NackRequest{Pool: p, Id: second.GetId(), LeaseToken: second.GetLeaseToken(),
+		LeaseSecret: second.GetLeaseSecret(), RetryAfter: sec(time.Hour)}); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	select {
+	case got := <-done:
+		if len(got) != 1 {
+			t.Fatalf("woken Pick leased %v, want one task", ids(got))
+		}
+		t.Logf("waiting Pick woke %v after the Nack on another instance", time.Since(nacked))
+	case <-time.After(20 * time.Second):
+		t.Fatal("a delaying Nack of a limited pool did not wake a Pick waiting for a place")
 	}
 }
 
