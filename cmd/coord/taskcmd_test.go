@@ -158,6 +158,23 @@ func TestCLITaskRoundTrip(t *testing.T) {
 			}
 			fails(t, "not_found", "cancel", pool, "doomed")
 			fails(t, "settings.retry.jitter", "pool", "set", pool, "--retry-initial", "1s", "--retry-jitter", "2")
+			fails(t, "settings.max_leased", "pool", "set", pool, "--max-leased", "2147483648")
+			// A limit of one: a pick of two leases one, and the next pick none.
+			fails(t, "settings.burst", "pool", "set", pool, "--burst", "3")
+			if out := task(t, "pool", "set", pool, "--rate", "2.5", "--burst", "4"); !strings.Contains(out, "rate=2.5/s burst=4") {
+				t.Fatalf("pool set --rate printed %q", out)
+			}
+			if out := task(t, "pool", "set", pool, "--max-leased", "1"); !strings.Contains(out, "max-leased=1") || !strings.Contains(out, "rate=none") {
+				t.Fatalf("pool set --max-leased printed %q", out)
+			}
+			task(t, "put", pool, "l1")
+			task(t, "put", pool, "l2")
+			if out := task(t, "pick", pool, "--count", "2"); strings.Count(out, "token=") != 1 {
+				t.Fatalf("pick of 2 in a pool limited to 1 printed %q", out)
+			}
+			if out := task(t, "pick", pool); !strings.Contains(out, "no task available") {
+				t.Fatalf("pick at the limit printed %q", out)
+			}
 			fails(t, "wants POOL", "pool", "pause")
 
 			// Bad input fails with the argument or field named, and exits non-zero.

@@ -23,6 +23,9 @@ type poolFlags struct {
 	retryMultiplier       float64
 	retryJitter           float64
 	maxAttempts           uint32
+	maxLeased             uint32
+	rate                  float64
+	burst                 uint32
 	maxAttemptsSet, noSet bool
 }
 
@@ -32,8 +35,11 @@ func newTaskPoolCmd(cf *clientFlags) *cobra.Command {
 	c := newGroupCmd("pool", "show or change a pool's settings: get, set, pause, resume")
 	c.Long = `Show or change a pool's settings.
 
-set replaces the pool's retry policy and default max attempts as a whole (what it is not
-told is unset): with --retry-initial, a Nack without --retry-after makes the task wait
+set replaces the pool's retry policy, default max attempts and limit as a whole (what it is
+not told is unset): --max-leased caps how many of the pool's tasks are leased at once across
+every worker (picks over it wait for a place; 0 means no limit), --rate how many are leased
+per second (a token bucket of --burst tokens, shared by every instance; 0 means no limit);
+with --retry-initial, a Nack without --retry-after makes the task wait
 min(--retry-max, initial × multiplier^(attempt-1)), less up to --retry-jitter of it at random.
 pause stops picks of the pool until resume; waiting picks keep waiting and resume wakes them.`
 	verbs := []struct {
@@ -41,13 +47,16 @@ pause stops picks of the pool until resume; waiting picks keep waiting and resum
 		flags       func(*cobra.Command, *poolFlags)
 	}{
 		{"get", "show a pool's settings (the defaults when none are stored)", nil},
-		{"set", "store a pool's retry policy and default max attempts", func(cmd *cobra.Command, f *poolFlags) {
+		{"set", "store a pool's retry policy, default max attempts and limits", func(cmd *cobra.Command, f *poolFlags) {
 			fs := cmd.Flags()
 			fs.DurationVar(&f.retryInitial, "retry-initial", 0, "the delay after a first failed attempt; unset means no retry policy (retry at once)")
 			fs.DurationVar(&f.retryMax, "retry-max", 0, "the longest delay, at least --retry-initial; unset means 30 days")
 			fs.Float64Var(&f.retryMultiplier, "retry-multiplier", 0, "how much each attempt multiplies the delay, 1 to 100; 0 means 2")
 			fs.Float64Var(&f.retryJitter, "retry-jitter", 0, "how much of each delay is random, 0 to 1")
 			fs.Uint32Var(&f.maxAttempts, "max-attempts", 0, "picks before a task put without --max-attempts is dead, 1 to 1000; unset means the service's default (25)")
+			fs.Uint32Var(&f.maxLeased, "max-leased", 0, "the most tasks of the pool leased at once, across every worker; 0 means no limit")
+			fs.Float64Var(&f.rate, "rate", 0, "the most tasks of the pool leased per second, across every worker; 0 means no rate limit")
+			fs.Uint32Var(&f.burst, "burst", 0, "with --rate: how many tasks may be leased at once after a quiet while; 0 means 1")
 		}},
 		{"pause", "stop picks of a pool until resume", nil},
 		{"resume", "let picks of a paused pool go on, waking waiting picks", nil},
@@ -99,7 +108,7 @@ func callPool(ctx context.Context, verb string, f *poolFlags, stdout io.Writer) 
 		}
 		return r, err
 	case "set":
-		s := &taskpickv1.PoolSettings{}
+		s := &taskpickv1.PoolSettings{MaxLeased: f.maxLeased, Rate: f.rate, Burst: f.burst}
 		if f.maxAttemptsSet {
 			s.MaxAttempts = &f.maxAttempts
 		}
@@ -138,6 +147,16 @@ func printSettings(w io.Writer, pool string, s *taskpickv1.PoolSettings) {
 		fmt.Fprintf(&b, "  max-attempts=%d", s.GetMaxAttempts())
 	} else {
 		b.WriteString("  max-attempts=default")
+	}
+	if n := s.GetMaxLeased(); n != 0 {
+		fmt.Fprintf(&b, "  max-leased=%d", n)
+	} else {
+		b.WriteString("  max-leased=none")
+	}
+	if r := s.GetRate(); r != 0 {
+		fmt.Fprintf(&b, "  rate=%g/s burst=%d", r, max(s.GetBurst(), 1))
+	} else {
+		b.WriteString("  rate=none")
 	}
 	if r := s.GetRetry(); r != nil {
 		fmt.Fprintf(&b, "  retry=%s×%g up to %s, jitter %g", r.GetInitial().AsDuration(), r.GetMultiplier(), r.GetMax().AsDuration(), r.GetJitter())

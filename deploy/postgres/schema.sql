@@ -110,7 +110,12 @@ CREATE TABLE coordkit.coordkit_task_pools (
     retry_initial_ms bigint DEFAULT 0 NOT NULL,
     retry_max_ms bigint DEFAULT 0 NOT NULL,
     retry_multiplier double precision DEFAULT 2 NOT NULL,
-    retry_jitter double precision DEFAULT 0 NOT NULL
+    retry_jitter double precision DEFAULT 0 NOT NULL,
+    max_leased integer DEFAULT 0 NOT NULL,
+    rate double precision DEFAULT 0 NOT NULL,
+    burst integer DEFAULT 0 NOT NULL,
+    bucket_tokens double precision DEFAULT 0 NOT NULL,
+    bucket_ms bigint DEFAULT 0 NOT NULL
 );
 
 --

@@ -42,6 +42,16 @@ type PoolSettings struct {
 	MaxAttempts uint32
 	// Paused is true while the pool is paused (Pause); SetSettings ignores it.
 	Paused bool
+	// MaxLeased is the most tasks of the pool leased at once across every worker: picks
+	// over it wait for an Ack, Nack or expiry to free a place. 0 means no limit; at most
+	// 2^31 - 1.
+	MaxLeased uint32
+	// Rate is the most tasks of the pool leased per second across every worker, a token
+	// bucket kept by the backend; 0 means no rate limit; at most 1,000,000.
+	Rate float64
+	// Burst is the bucket's size: the most tasks leased at once after a quiet while. Only
+	// with a Rate; 0 means 1.
+	Burst uint32
 }
 
 // Settings reads the pool's settings: the defaults when none are stored.
@@ -53,10 +63,10 @@ func (p *Pool) Settings(ctx context.Context) (PoolSettings, error) {
 	return settingsFrom(r.GetSettings()), nil
 }
 
-// SetSettings replaces the pool's retry policy and default max attempts as a whole (the
-// paused flag stays as it is) and returns the settings now stored.
+// SetSettings replaces the pool's retry policy, default max attempts and limits as a whole
+// (the paused flag stays as it is) and returns the settings now stored.
 func (p *Pool) SetSettings(ctx context.Context, s PoolSettings) (PoolSettings, error) {
-	req := &taskpickv1.SetPoolSettingsRequest{Backend: p.backend, Pool: p.name, Settings: &taskpickv1.PoolSettings{}}
+	req := &taskpickv1.SetPoolSettingsRequest{Backend: p.backend, Pool: p.name, Settings: &taskpickv1.PoolSettings{MaxLeased: s.MaxLeased, Rate: s.Rate, Burst: s.Burst}}
 	if s.MaxAttempts != 0 {
 		req.Settings.MaxAttempts = &s.MaxAttempts
 	}
@@ -94,7 +104,8 @@ func (p *Pool) Cancel(ctx context.Context, id string) error {
 }
 
 func settingsFrom(s *taskpickv1.PoolSettings) PoolSettings {
-	out := PoolSettings{MaxAttempts: s.GetMaxAttempts(), Paused: s.GetPaused()}
+	out := PoolSettings{MaxAttempts: s.GetMaxAttempts(), Paused: s.GetPaused(), MaxLeased: s.GetMaxLeased(),
+		Rate: s.GetRate(), Burst: s.GetBurst()}
 	if r := s.GetRetry(); r != nil {
 		out.Retry = &RetryPolicy{Initial: r.GetInitial().AsDuration(), Max: r.GetMax().AsDuration(), Multiplier: r.GetMultiplier(), Jitter: r.GetJitter()}
 	}

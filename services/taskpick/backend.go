@@ -189,6 +189,11 @@ type Picked struct {
 	// Paused is true when the pool is paused: the pick leased nothing, and a waiting pick
 	// waits for ResumePool's wake-up (or its recheck), not for NextDue.
 	Paused bool
+	// Limited is true when the pool's limits stopped the pick: it leased nothing because the
+	// pool has MaxLeased live leases (NextDue is then the earliest end of one of them, or of
+	// a delayed task's wait, and a waiting pick is also woken by the Ack or Nack that frees a
+	// place), or because its rate limit has no token (NextDue is then when the next comes).
+	Limited bool
 }
 
 // Recovered counts, per pool, the tasks a sweep made available again.
@@ -243,7 +248,7 @@ type Backend interface {
 	// Settings reads pool's settings record; stored is false (and the settings zero, but
 	// for nothing) when the pool has none.
 	Settings(ctx context.Context, pool string) (settings PoolSettings, stored bool, err error)
-	// SetSettings stores pool's retry policy and default max attempts in one write, creating
+	// SetSettings stores pool's retry policy, default max attempts and limits in one write, creating
 	// the record if needed and leaving its paused flag as it was; it returns the record.
 	SetSettings(ctx context.Context, pool string, settings PoolSettings) (PoolSettings, error)
 	// SetPaused sets pool's paused flag, creating the record if needed. A Pick that begins

@@ -53,6 +53,10 @@ var behaviours = []struct {
 	{"CancelReadyDelayedNotLeased", testCancel},
 	{"PoolSettingsSurviveRestart", testSettingsSurviveRestart},
 	{"RacingSetPoolSettingsLeaveOneWhole", testConcurrentSettings},
+	{"MaxLeasedExactAcrossInstances", testMaxLeasedExact},
+	{"MaxLeasedWaitersWokenWhenAPlaceFrees", testMaxLeasedWakes},
+	{"MaxLeasedZeroAndExpiredLeases", testMaxLeasedEdges},
+	{"RateLimitSharedAcrossInstances", testRateLimit},
 	{"Schedules", testSchedules},
 }
 

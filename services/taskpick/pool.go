@@ -20,7 +20,7 @@ func (s *Service) SetPoolSettings(ctx context.Context, req *taskpickv1.SetPoolSe
 	if err != nil {
 		return nil, err
 	}
-	_, b, err := s.backend(req.GetBackend())
+	name, b, err := s.backend(req.GetBackend())
 	if err != nil {
 		return nil, err
 	}
@@ -28,6 +28,8 @@ func (s *Service) SetPoolSettings(ctx context.Context, req *taskpickv1.SetPoolSe
 	if err != nil {
 		return nil, server.Error(ctx, err)
 	}
+	s.limits.remember(name, req.GetPool(), stored.MaxLeased > 0)
+	s.announceAvailable(ctx, name, b, req.GetPool()) // a higher limit, or none, frees places
 	return &taskpickv1.SetPoolSettingsResponse{Settings: settingsProto(stored)}, nil
 }
 
@@ -76,12 +78,7 @@ func (s *Service) ResumePool(ctx context.Context, req *taskpickv1.ResumePoolRequ
 	if err := b.SetPaused(ctx, req.GetPool(), false); err != nil {
 		return nil, server.Error(ctx, err)
 	}
-	st, err := b.Stats(ctx, req.GetPool())
-	if err != nil {
-		// Resumed; the waiters find the tasks at their next recheck.
-		return &taskpickv1.ResumePoolResponse{}, nil
-	}
-	s.announce(name, req.GetPool(), int(min(st.Available, math.MaxUint32)))
+	s.announceAvailable(ctx, name, b, req.GetPool())
 	return &taskpickv1.ResumePoolResponse{}, nil
 }
 
@@ -122,6 +119,21 @@ func parseSettings(in *taskpickv1.PoolSettings) (PoolSettings, error) {
 		}
 		out.Retry = &p
 	}
+	if n := in.GetMaxLeased(); n > MaxLeasedLimit {
+		return out, server.InvalidField("settings.max_leased", "%d is above %d; 0 means no limit", n, MaxLeasedLimit)
+	}
+	out.MaxLeased = in.GetMaxLeased()
+	if r := in.GetRate(); math.IsNaN(r) || r < 0 || r > MaxRate {
+		return out, server.InvalidField("settings.rate", "%v is outside [0, %d] tasks a second; 0 means no rate limit", r, MaxRate)
+	}
+	out.Rate = in.GetRate()
+	switch b := in.GetBurst(); {
+	case b > MaxLeasedLimit:
+		return out, server.InvalidField("settings.burst", "%d is above %d", b, MaxLeasedLimit)
+	case b > 0 && out.Rate == 0:
+		return out, server.InvalidField("settings.burst", "is set without settings.rate: a burst is the size of a rate limit's bucket")
+	}
+	out.Burst = in.GetBurst()
 	return out, nil
 }
 
@@ -160,7 +172,7 @@ func parseRetry(r *taskpickv1.RetryPolicy) (RetryPolicy, error) {
 
 // settingsProto maps stored settings to the API.
 func settingsProto(s PoolSettings) *taskpickv1.PoolSettings {
-	out := &taskpickv1.PoolSettings{Paused: s.Paused}
+	out := &taskpickv1.PoolSettings{Paused: s.Paused, MaxLeased: s.MaxLeased, Rate: s.Rate, Burst: s.Burst}
 	if s.MaxAttempts != 0 {
 		n := s.MaxAttempts
 		out.MaxAttempts = &n

@@ -63,6 +63,7 @@ type Service struct {
 	def       string
 	bus       *event.Bus
 	waiters   *waiters
+	limits    *limitedPools
 	recheck   time.Duration
 	metrics   *metrics
 	log       *slog.Logger
@@ -111,7 +112,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.MaxAnswerBytes < MinAnswerBytes {
 		return nil, fmt.Errorf("taskpick: MaxAnswerBytes %d is below %d, the answer of one task of the largest size", cfg.MaxAnswerBytes, MinAnswerBytes)
 	}
-	s := &Service{backends: cfg.Backends, def: def, bus: cfg.Events, waiters: newWaiters(), recheck: cfg.Recheck,
+	s := &Service{backends: cfg.Backends, def: def, bus: cfg.Events, waiters: newWaiters(), limits: newLimitedPools(), recheck: cfg.Recheck,
 		metrics: newMetrics(cfg.Registerer), log: cfg.Logger, maxAnswer: cfg.MaxAnswerBytes,
 		clock: cfg.Clock, grace: cfg.ScheduleGrace}
 	if s.bus != nil {
@@ -279,6 +280,7 @@ func (s *Service) Ack(ctx context.Context, req *taskpickv1.AckRequest) (*taskpic
 		return nil, server.Error(ctx, err)
 	}
 	s.count(name, "acked", 1)
+	s.freed(ctx, name, b, req.GetPool(), 1)
 	return &taskpickv1.AckResponse{}, nil
 }
 
@@ -312,8 +314,11 @@ func (s *Service) Nack(ctx context.Context, req *taskpickv1.NackRequest) (*taskp
 	s.count(name, "nacked", 1)
 	if dead {
 		s.count(name, "died", 1)
-	} else if retry <= 0 { // a policy's delay may be 0 too; a needless wake costs one Pick
+	}
+	if !dead && retry <= 0 { // a policy's delay may be 0 too; a needless wake costs one Pick
 		s.announce(name, req.GetPool(), 1)
+	} else {
+		s.freed(ctx, name, b, req.GetPool(), 1)
 	}
 	return &taskpickv1.NackResponse{Dead: dead}, nil
 }

@@ -36,6 +36,11 @@ const (
 	MaxMultiplier = 100
 	// DefaultMultiplier is a retry policy's growth when it names none.
 	DefaultMultiplier = 2
+	// MaxLeasedLimit is the largest max_leased a pool may have (2^31 - 1): every engine
+	// stores it in a signed 32-bit column or a Lua number.
+	MaxLeasedLimit = math.MaxInt32
+	// MaxRate is the largest rate limit, in tasks a second.
+	MaxRate = 1_000_000
 )
 
 // RetryPolicy is a pool's exponential backoff with jitter.
@@ -58,6 +63,34 @@ type PoolSettings struct {
 	MaxAttempts uint32
 	// Paused stops picks.
 	Paused bool
+	// MaxLeased is the most tasks of the pool leased at once (live leases: expired ones do
+	// not count); 0 means no limit. A Pick leases at most MaxLeased minus the live leases, in
+	// the same atomic step that counts them.
+	MaxLeased uint32
+	// Rate is the most tasks of the pool leased per second (a token bucket on the backend's
+	// clock, see Refill); 0 means no rate limit.
+	Rate float64
+	// Burst is the bucket's size; 0 means 1. Only with a Rate.
+	Burst uint32
+}
+
+// Limited reports whether the settings limit picks (MaxLeased or Rate).
+func (s PoolSettings) Limited() bool { return s.MaxLeased > 0 || s.Rate > 0 }
+
+// Refill is a pool's token bucket at nowMs: it held tokens at lastMs (lastMs 0: never used,
+// so full) and gains rate a second up to burst (0 means 1). With fewer than one token, next
+// is how many milliseconds until there is one (at least 1). The Redis engine computes the
+// same in its pick script.
+func Refill(rate float64, burst uint32, tokens float64, lastMs, nowMs int64) (have float64, next int64) {
+	size := float64(max(burst, 1))
+	have = size
+	if lastMs > 0 {
+		have = math.Min(size, tokens+float64(max(nowMs-lastMs, 0))*rate/1000)
+	}
+	if have < 1 {
+		next = max(int64(math.Ceil((1-have)*1000/rate)), 1)
+	}
+	return have, next
 }
 
 // Delay is how long a task waits after the failure of attempt (from 1), with draw, uniform

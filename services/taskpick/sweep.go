@@ -24,6 +24,7 @@ func (s *Service) sweepLoop(ctx context.Context, name string, b Backend, interva
 				s.metrics.recovered.WithLabelValues(name, "available").Add(float64(r.Available))
 				s.metrics.recovered.WithLabelValues(name, "dead").Add(float64(r.Dead))
 				s.announce(name, r.Pool, r.Available+r.Due)
+				s.freed(ctx, name, b, r.Pool, r.Dead) // the available ones were announced
 				total += r.Available + r.Dead
 			}
 			if total < sweepLimit {

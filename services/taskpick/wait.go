@@ -17,7 +17,13 @@ import (
 // a full batch wakes the next one, since more may be left. Events are hints (NATS may lose
 // them): a waiter also tries again at the earliest delayed task's due time, and every
 // recheck interval (Config.Recheck with events, PollInterval without). A Pick of a paused
-// pool waits the same way: ResumePool announces the pool's tasks, which wakes it.
+// pool waits the same way: ResumePool announces the pool's tasks, which wakes it. So does a
+// Pick of a pool at its MaxLeased: the Ack or Nack that frees a place announces it (see
+// limits.go), and NextDue is then the end of the earliest live lease. A limited pool's
+// NextDue (that lease's end, or a rate limit's next token) is one chance for one Pick, so of
+// an instance's waiters only one, the line's timer holder, sleeps until it; the others wait
+// for a wake-up (or their recheck), and the holder hands the timer on when it leaves the
+// line. Without that every waiter would try at every token: waiters × rate attempts a second.
 const (
 	// DefaultRecheck bounds how long a lost event delays a waiting Pick while events flow.
 	DefaultRecheck = time.Second
@@ -65,7 +71,11 @@ func (s *Service) pick(ctx context.Context, name string, b Backend, pool string,
 		} else {
 			next = minTime(next, start.Add(PollInterval))
 		}
-		if !p.NextDue.IsZero() && !p.Paused { // paused: ResumePool's announcement wakes it
+		if !p.Limited {
+			s.waiters.holdTimer(w, false)
+		}
+		// paused: ResumePool's announcement wakes it; limited: one waiter holds the timer
+		if !p.NextDue.IsZero() && !p.Paused && (!p.Limited || s.waiters.holdTimer(w, true)) {
 			next = minTime(next, p.NextDue)
 		}
 		t := time.NewTimer(max(time.Until(next), 0))
@@ -123,13 +133,33 @@ type waiter struct {
 	since time.Time
 }
 
-// waiters are this instance's lines of waiting Picks, per (backend, pool).
+// waiters are this instance's lines of waiting Picks, per (backend, pool), and per line the
+// waiter that holds its timer for a limited pool's next chance.
 type waiters struct {
-	mu    sync.Mutex
-	lines map[string][]*waiter
+	mu     sync.Mutex
+	lines  map[string][]*waiter
+	timers map[string]*waiter
 }
 
-func newWaiters() *waiters { return &waiters{lines: map[string][]*waiter{}} }
+func newWaiters() *waiters {
+	return &waiters{lines: map[string][]*waiter{}, timers: map[string]*waiter{}}
+}
+
+// holdTimer makes w its line's timer holder when want and no other waiter holds it, or
+// gives it up when not want; it reports whether w holds it.
+func (ws *waiters) holdTimer(w *waiter, want bool) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	h, held := ws.timers[w.key]
+	switch {
+	case want && (!held || h == w):
+		ws.timers[w.key] = w
+		return true
+	case !want && h == w:
+		delete(ws.timers, w.key)
+	}
+	return false
+}
 
 func waitKey(backend, pool string) string { return backend + "\x00" + pool }
 
@@ -155,6 +185,16 @@ func (ws *waiters) remove(w *waiter) {
 		delete(ws.lines, w.key)
 	} else {
 		ws.lines[w.key] = line
+	}
+	if ws.timers[w.key] == w {
+		// The next waiter tries at once and, still limited, takes the timer.
+		delete(ws.timers, w.key)
+		if len(line) > 0 {
+			select {
+			case line[0].ch <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

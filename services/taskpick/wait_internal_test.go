@@ -37,3 +37,37 @@ func TestAvailableCountWakes(t *testing.T) {
 		t.Fatalf("an event for 3 tasks woke %d of 5 waiters, want 3", woken)
 	}
 }
+
+// TestOneTimerPerLine: of the waiters of a limited pool only one sleeps until its next
+// chance; when it leaves the line, the next waiter is woken to take the timer.
+func TestOneTimerPerLine(t *testing.T) {
+	ws := newWaiters()
+	a, b := ws.add("redis", "p"), ws.add("redis", "p")
+	other := ws.add("redis", "q")
+	if !ws.holdTimer(a, true) || ws.holdTimer(b, true) || !ws.holdTimer(a, true) {
+		t.Fatal("the timer of a line went to more than one waiter")
+	}
+	if !ws.holdTimer(other, true) {
+		t.Fatal("another pool's line shares the timer")
+	}
+	ws.remove(a)
+	select {
+	case <-b.ch:
+	case <-time.After(time.Second):
+		t.Fatal("the holder left the line without waking the next waiter")
+	}
+	if !ws.holdTimer(b, true) {
+		t.Fatal("the next waiter cannot take the timer its holder left")
+	}
+	ws.holdTimer(b, false)
+	c := ws.add("redis", "p")
+	if !ws.holdTimer(c, true) {
+		t.Fatal("a timer given up stays held")
+	}
+	ws.remove(b)
+	select {
+	case <-c.ch:
+		t.Fatal("a waiter that held no timer woke another on leaving")
+	default:
+	}
+}

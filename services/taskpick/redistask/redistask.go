@@ -168,7 +168,8 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 	}
 	out.Full = toInt(vals[2]) == 1
 	out.Paused = toInt(vals[3]) == 1
-	for i := 4; i+5 < len(vals); i += 6 {
+	out.Limited = toInt(vals[4]) == 1
+	for i := 5; i+5 < len(vals); i += 6 {
 		out.Tasks = append(out.Tasks, taskpick.LeasedTask{
 			ID: vals[i].(string), Payload: []byte(vals[i+1].(string)), Priority: int32(toInt(vals[i+2])),
 			Token: uint64(toInt(vals[i+3])), Attempt: uint32(toInt(vals[i+4])), MaxAttempts: uint32(toInt(vals[i+5])),

@@ -12,7 +12,9 @@ import (
 // ARGV[1]; task hashes are ARGV[1] .. id. All of a pool's keys share one hash slot.
 //
 // The settings hash (K_SET) holds: paused (1 while paused), ma the default max attempts, and
-// the retry policy: ri initial ms, rc cap ms, rm multiplier, rj jitter (no ri: no policy).
+// the retry policy: ri initial ms, rc cap ms, rm multiplier, rj jitter (no ri: no policy), and
+// ml the most tasks leased at once (0 or none: no limit), and the rate limit: rt tasks a
+// second (0 or none: none), rb the bucket's size, bt its tokens at bm, ms (taskpick.Refill).
 //
 // A task hash holds: p payload, pr priority, st state (1 available, 2 leased, 3 dead, 4 done,
 // 5 cancelled),
@@ -164,12 +166,40 @@ return out
 
 // pickScript: ARGV[2] count, ARGV[3] ttl ms, ARGV[4] order (fifo, priority, random), ARGV[5]
 // the answer's byte budget, ARGV[6..] the new leases' digests, one per task in pick order.
-// Returns {registered, next due or -1, full, paused, then per task in pick order: id,
-// payload, priority, token, attempt, max}; full is 1 when the budget stopped the pick, paused
-// 1 when the pool is paused (and nothing was picked).
+// Returns {registered, next due or -1, full, paused, limited, then per task in pick order:
+// id, payload, priority, token, attempt, max}; full is 1 when the budget stopped the pick,
+// paused 1 when the pool is paused (and nothing was picked), limited 1 when the pool's ml
+// live leases (those in K_LEASED that end after now) left no place (nothing was picked; next
+// due is then the earliest end of one of them, or a delayed task's due time if earlier), or
+// when the rate limit's bucket had no token (next due is then when the next comes).
 var pickScript = redis.NewScript(prelude + `
 local n, ttl, order, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-if redis.call('HGET', K_SET, 'paused') == '1' then return {0, -1, 0, 1} end
+local paused, ml, rt, rb, bt, bm = unpack(redis.call('HMGET', K_SET, 'paused', 'ml', 'rt', 'rb', 'bt', 'bm'))
+if paused == '1' then return {0, -1, 0, 1, 0} end
+rt = tonumber(rt or '0') or 0
+local tokens = 0
+if rt > 0 then
+  rb = tonumber(rb or '0') or 0
+  if rb < 1 then rb = 1 end
+  bm = tonumber(bm or '0') or 0
+  tokens = rb
+  if bm > 0 then tokens = math.min(rb, tonumber(bt) + math.max(now - bm, 0) * rt / 1000) end
+  if tokens < 1 then return {0, now + math.max(math.ceil((1 - tokens) * 1000 / rt), 1), 0, 0, 1} end
+  if math.floor(tokens) < n then n = math.floor(tokens) end
+end
+ml = tonumber(ml or '0') or 0
+if ml > 0 then
+  local free = ml - redis.call('ZCOUNT', K_LEASED, '(' .. now, '+inf')
+  if free <= 0 then
+    local due = -1
+    local first = redis.call('ZRANGEBYSCORE', K_LEASED, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #first > 0 then due = tonumber(first[2]) end
+    local d = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+    if #d > 0 and (due < 0 or tonumber(d[2]) < due) then due = tonumber(d[2]) end
+    return {0, due, 0, 0, 1}
+  end
+  if free < n then n = free end
+end
 promote(1000)
 local members
 if order == 'random' then
@@ -179,7 +209,7 @@ elseif order == 'priority' then
 else
   members = redis.call('ZRANGE', K_FIFO, 0, n - 1)
 end
-local out = {0, -1, 0, 0}
+local out = {0, -1, 0, 0, 0}
 if #members > 0 then out[1] = register() end
 local exp = now + 1 + ttl
 local used, taken = 0, 0
@@ -202,6 +232,7 @@ for _, m in ipairs(members) do
   local payload, prio, maxa = unpack(redis.call('HMGET', key, 'p', 'pr', 'ma'))
   for _, v in ipairs({id, payload, prio, stok, at, maxa}) do out[#out + 1] = v end
 end
+if rt > 0 then redis.call('HSET', K_SET, 'bt', tostring(tokens - taken), 'bm', now) end
 if taken < n and out[3] == 0 then
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = first[2] end
@@ -395,24 +426,30 @@ redis.call('DEL', key)
 return {1, 0}
 `)
 
-// settingsScript returns the settings hash as {paused, ma, ri, rc, rm, rj, exists}.
+// settingsScript returns the settings hash as {paused, ma, ri, rc, rm, rj, exists, ml, rt,
+// rb}.
 var settingsScript = redis.NewScript(prelude + `
 local v = redis.call('HMGET', K_SET, 'paused', 'ma', 'ri', 'rc', 'rm', 'rj')
 v[7] = redis.call('EXISTS', K_SET)
+v[8] = redis.call('HGET', K_SET, 'ml') or '0'
+v[9] = redis.call('HGET', K_SET, 'rt') or '0'
+v[10] = redis.call('HGET', K_SET, 'rb') or '0'
 return v
 `)
 
-// setSettingsScript: ARGV[2] ma, ARGV[3..6] ri, rc, rm, rj (an empty ri for no policy). It replaces
-// them in one step, keeping paused, and returns as settingsScript.
+// setSettingsScript: ARGV[2] ma, ARGV[3..6] ri, rc, rm, rj (an empty ri for no policy), ARGV[7]
+// ml, ARGV[8] rt, ARGV[9] rb. It replaces them in one step, keeping paused and the bucket's
+// tokens (a smaller burst caps them at the next pick), and returns as settingsScript.
 var setSettingsScript = redis.NewScript(prelude + `
 redis.call('HDEL', K_SET, 'ri', 'rc', 'rm', 'rj')
-redis.call('HSET', K_SET, 'ma', ARGV[2])
+redis.call('HSET', K_SET, 'ma', ARGV[2], 'ml', ARGV[7], 'rt', ARGV[8], 'rb', ARGV[9])
 if ARGV[3] ~= '' then
   redis.call('HSET', K_SET, 'ri', ARGV[3], 'rc', ARGV[4], 'rm', ARGV[5], 'rj', ARGV[6])
 end
 if not redis.call('HGET', K_SET, 'paused') then redis.call('HSET', K_SET, 'paused', 0) end
 local v = redis.call('HMGET', K_SET, 'paused', 'ma', 'ri', 'rc', 'rm', 'rj')
 v[7] = 1
+v[8], v[9], v[10] = ARGV[7], ARGV[8], ARGV[9]
 return v
 `)
 

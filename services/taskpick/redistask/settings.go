@@ -19,7 +19,9 @@ func (b *Backend) Settings(ctx context.Context, pool string) (taskpick.PoolSetti
 
 // settingsFrom reads settingsScript's reply.
 func settingsFrom(vals []any) (taskpick.PoolSettings, bool, error) {
-	s := taskpick.PoolSettings{Paused: str(vals[0]) == "1", MaxAttempts: uint32(toInt(vals[1]))}
+	s := taskpick.PoolSettings{Paused: str(vals[0]) == "1", MaxAttempts: uint32(toInt(vals[1])), MaxLeased: uint32(toInt(vals[7])),
+		Burst: uint32(toInt(vals[9]))}
+	s.Rate, _ = strconv.ParseFloat(str(vals[8]), 64)
 	if ri := toInt(vals[2]); ri > 0 {
 		rm, _ := strconv.ParseFloat(str(vals[4]), 64)
 		rj, _ := strconv.ParseFloat(str(vals[5]), 64)
@@ -36,6 +38,7 @@ func (b *Backend) SetSettings(ctx context.Context, pool string, s taskpick.PoolS
 		args = []any{s.MaxAttempts, r.Initial.Milliseconds(), r.Max.Milliseconds(),
 			strconv.FormatFloat(r.Multiplier, 'g', -1, 64), strconv.FormatFloat(r.Jitter, 'g', -1, 64)}
 	}
+	args = append(args, s.MaxLeased, strconv.FormatFloat(s.Rate, 'g', -1, 64), s.Burst)
 	v, err := b.run(ctx, setSettingsScript, pool, args...)
 	if err != nil {
 		return taskpick.PoolSettings{}, err

@@ -59,27 +59,62 @@ func (b *Backend) Pick(ctx context.Context, pool string, spec taskpick.PickSpec)
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	run := func(skippedFirst bool) error {
+	run := func(skippedFirst, limited bool) error {
 		return b.tx(ctx, func(tx *sql.Tx) (err error) {
-			var paused int
-			if err := tx.StmtContext(ctx, b.st.nowPaused).QueryRowContext(ctx, pool).Scan(&now, &paused); err != nil {
+			out = taskpick.Picked{}
+			if !limited {
+				// On MySQL this read takes the transaction's snapshot; a limited pick's
+				// first read is the row's lock instead, so that its count sees every pick
+				// that held the lock before.
+				var paused, hasLimits int
+				if err := tx.StmtContext(ctx, b.st.nowPaused).QueryRowContext(ctx, pool).Scan(&now, &paused, &hasLimits); err != nil {
+					return err
+				}
+				if out.Paused = paused != 0; out.Paused {
+					return nil
+				}
+				if hasLimits == 0 {
+					out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, spec.N, now, skippedFirst)
+					return err
+				}
+				if b.d.ForUpdate != "" {
+					return errLimited
+				}
+			}
+			l, err := b.lockLimit(ctx, tx, pool)
+			if err != nil {
 				return err
 			}
-			if out.Paused = paused != 0; out.Paused {
+			now = l.now
+			if out.Paused = l.paused; out.Paused {
 				return nil
 			}
-			out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, now, skippedFirst)
-			return err
+			want, next, err := b.placesLeft(ctx, tx, pool, l, spec.N)
+			if err != nil || want == 0 {
+				out.Limited, out.NextDue = err == nil, next
+				return err
+			}
+			if out.Tasks, out.Full, err = b.pickLocked(ctx, tx, sts, pool, spec, want, now, skippedFirst); err != nil {
+				return err
+			}
+			return b.takeTokens(ctx, tx, pool, l, len(out.Tasks))
 		})
 	}
-	err = run(false)
-	if errors.Is(err, errSkipped) {
-		err = run(true)
+	skipped, limited := false, false
+	for range 4 { // at most: limited, then skipped, then done
+		err = run(skipped, limited)
+		if errors.Is(err, errLimited) {
+			limited = true
+		} else if errors.Is(err, errSkipped) {
+			skipped = true
+		} else {
+			break
+		}
 	}
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	if len(out.Tasks) < spec.N && !out.Full && !out.Paused {
+	if len(out.Tasks) < spec.N && !out.Full && !out.Paused && !out.Limited {
 		var due sql.NullInt64
 		if err := b.st.nextDue.QueryRowContext(ctx, pool, now).Scan(&due); err != nil {
 			return taskpick.Picked{}, b.fail(ctx, err)
@@ -150,10 +185,10 @@ func (b *Backend) pickStatements(ctx context.Context, n int, order taskpick.Orde
 	return out, nil
 }
 
-// pickLocked leases up to spec.N tasks: the candidate reads, one row at a time until the
-// answer's budget is spent (full), then one UPDATE of the rows it kept.
-func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, spec taskpick.PickSpec, now int64, skippedFirst bool) (tasks []taskpick.LeasedTask, full bool, err error) {
-	n := spec.N
+// pickLocked leases up to want (at most spec.N) tasks: the candidate reads, one row at a
+// time until the answer's budget is spent (full), then one UPDATE of the rows it kept.
+func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, pool string, spec taskpick.PickSpec, want int, now int64, skippedFirst bool) (tasks []taskpick.LeasedTask, full bool, err error) {
+	n := want
 	var found []cand
 	have := map[int64]bool{}
 	used := 0
@@ -221,6 +256,7 @@ func (b *Backend) pickLocked(ctx context.Context, tx *sql.Tx, sts pickStmts, poo
 		return nil, false, nil
 	}
 	args := []any{now + 1 + ceilMillis(spec.TTL), now * taskpick.TokenScale, now * taskpick.TokenScale}
+	n = spec.N // the lease statement's places
 	for i := range n {
 		seq, digest := int64(0), ""
 		if i < len(found) {

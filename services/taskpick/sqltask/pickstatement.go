@@ -32,33 +32,39 @@ import (
 var pickSizeExpr = "4 * ((octet_length(payload) + 2) / 3) + 6 * octet_length(id) + " + strconv.Itoa(taskpick.TaskOverheadBytes)
 
 // pickStatement is the one-statement pick of up to n in order o; it leases nothing while the
-// pool is paused (poolTable), and says so. Parameters: pool (for paused), pool,
-// (random: r, pool, r), max bytes, lease ttl in ms, digests (text[]), pool.
+// pool is paused (poolTable), nor, unless locked, while the pool has limits (limitedExpr),
+// and says so (a locked pick runs in pickLimited's transaction, which holds the pool's row
+// and worked out what the limits leave). Parameters: pool (for paused), pool, (random: r, pool, r), max bytes,
+// lease ttl in ms, digests (text[]), pool.
 //
 // n is in the text, not a parameter: PostgreSQL plans a prepared statement once for every
 // value of its parameters after a few runs, and with an unknown LIMIT it estimates a third
 // of the pool, and leases the rows by scanning the whole table (a hash join) rather than by
 // primary key: 15–50 ms a pick of 10 among 10,000 tasks instead of under 1 ms.
-func pickStatement(o taskpick.Order, n int, now string) string {
+func pickStatement(o taskpick.Order, n int, now string, locked bool) string {
 	limit := strconv.Itoa(n)
 	avail := strconv.Itoa(stAvailable)
 	cols := "seq, neg_priority, run_at, rnd, " + pickSizeExpr + " AS size"
 	due := " FROM " + table + " WHERE pool = ? AND state = " + avail + " AND " + pickOnly[o] + " AND run_at <= (SELECT now FROM clock)" +
 		" AND (SELECT paused FROM clock) = 0"
-	var locked, window string
+	if !locked {
+		due += " AND (SELECT limited FROM clock) = 0"
+	}
+	var lockedCTE, window string
 	if o == taskpick.Random {
-		locked = "first AS (SELECT " + cols + due + " AND rnd >= ? ORDER BY rnd LIMIT " + limit + " FOR UPDATE SKIP LOCKED), " +
+		lockedCTE = "first AS (SELECT " + cols + due + " AND rnd >= ? ORDER BY rnd LIMIT " + limit + " FOR UPDATE SKIP LOCKED), " +
 			"rest AS (SELECT " + cols + due + " AND rnd < ? ORDER BY rnd LIMIT (" + limit + " - (SELECT COUNT(*) FROM first)) FOR UPDATE SKIP LOCKED), " +
 			"locked AS (SELECT *, 0 AS part FROM first UNION ALL SELECT *, 1 FROM rest), "
 		window = "part, rnd, seq"
 	} else {
-		locked = "locked AS (SELECT " + cols + due + orderBy(o) + " LIMIT " + limit + " FOR UPDATE SKIP LOCKED), "
+		lockedCTE = "locked AS (SELECT " + cols + due + orderBy(o) + " LIMIT " + limit + " FOR UPDATE SKIP LOCKED), "
 		window = "run_at, seq"
 		if o == taskpick.Priority {
 			window = "neg_priority, run_at, seq"
 		}
 	}
-	return "WITH clock AS MATERIALIZED (SELECT " + now + " AS now, COALESCE((SELECT paused FROM " + poolTable + " WHERE pool = ?), 0) AS paused), " + locked +
+	return "WITH clock AS MATERIALIZED (SELECT " + now + " AS now, COALESCE(MAX(paused), 0) AS paused, " + limitedExpr + " AS limited FROM " +
+		poolTable + " WHERE pool = ?), " + lockedCTE +
 		"numbered AS (SELECT seq, row_number() OVER w AS i, SUM(size) OVER w AS used FROM locked" +
 		" WINDOW w AS (ORDER BY " + window + " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)), " +
 		"kept AS (SELECT seq, i FROM numbered WHERE i = 1 OR used <= ?), " +
@@ -67,67 +73,123 @@ func pickStatement(o taskpick.Order, n int, now string) string {
 		" lease_hash = (?::text[])[kept.i]" +
 		" FROM kept, clock WHERE t.seq = kept.seq" +
 		" RETURNING kept.i, t.id, t.payload, t.neg_priority, t.token, t.attempt, t.max_attempts) " +
-		"SELECT clock.now, clock.paused, (SELECT COUNT(*) FROM locked)," +
+		"SELECT clock.now, clock.paused, clock.limited, (SELECT COUNT(*) FROM locked)," +
 		" CASE WHEN (SELECT COUNT(*) FROM upd) < " + limit + " THEN (SELECT MIN(run_at) FROM " + table +
 		" WHERE pool = ? AND state = " + avail + " AND " + pickOnly[taskpick.FIFO] + " AND run_at > clock.now) END," +
 		" upd.i, upd.id, upd.payload, upd.neg_priority, upd.token, upd.attempt, upd.max_attempts" +
 		" FROM clock LEFT JOIN upd ON TRUE ORDER BY upd.i"
 }
 
-// pickInOneStatement is Pick on PostgreSQL: see pickStatement.
+// pickInOneStatement is Pick on PostgreSQL: see pickStatement; a pool with limits is picked
+// by pickLimited.
 func (b *Backend) pickInOneStatement(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
-	st, err := b.stmtN(ctx, pickStatement(spec.Order, spec.N, b.d.NowMillis))
+	st, err := b.stmtN(ctx, pickStatement(spec.Order, spec.N, b.d.NowMillis, false))
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
-	args := []any{pool, pool}
-	if spec.Order == taskpick.Random {
-		r := randomPosition()
-		args = append(args, r, pool, r)
-	}
-	args = append(args, spec.MaxBytes, ceilMillis(spec.TTL), spec.Digests[:spec.N], pool)
+	args := pickArgs(pool, spec, spec.N)
 	var out taskpick.Picked
+	var limited bool
 	err = b.d.Retry(ctx, func() error {
-		out = taskpick.Picked{}
 		rows, err := st.QueryContext(ctx, args...)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		var locked, paused int
-		var due sql.NullInt64
-		for rows.Next() {
-			var now int64
-			var i, neg, token, attempt, maxAttempts sql.NullInt64
-			var id sql.NullString
-			var payload []byte
-			if err := rows.Scan(&now, &paused, &locked, &due, &i, &id, &payload, &neg, &token, &attempt, &maxAttempts); err != nil {
-				return err
-			}
-			if !i.Valid {
-				continue // nothing leased: the one row of the clock
-			}
-			out.Tasks = append(out.Tasks, taskpick.LeasedTask{
-				ID: id.String, Payload: payload, Priority: int32(-neg.Int64), Token: uint64(token.Int64),
-				Attempt: uint32(attempt.Int64), MaxAttempts: uint32(maxAttempts.Int64),
-			})
-		}
-		if err := rows.Err(); err != nil {
+		out, limited, err = scanPick(rows, spec.N)
+		return err
+	})
+	if err != nil {
+		return taskpick.Picked{}, b.fail(ctx, err)
+	}
+	if limited && !out.Paused {
+		return b.pickLimited(ctx, pool, spec)
+	}
+	return out, nil
+}
+
+// pickLimited is Pick on PostgreSQL of a pool with limits: one transaction that locks the
+// pool's row, works out what the limits leave (placesLeft), leases that with pickStatement
+// and takes the tokens. Each statement of the transaction sees what committed before it began (READ
+// COMMITTED), so the count sees every lease of the picks that held the row before.
+func (b *Backend) pickLimited(ctx context.Context, pool string, spec taskpick.PickSpec) (taskpick.Picked, error) {
+	var out taskpick.Picked
+	err := b.tx(ctx, func(tx *sql.Tx) error {
+		out = taskpick.Picked{}
+		l, err := b.lockLimit(ctx, tx, pool)
+		if err != nil {
 			return err
 		}
-		out.Full = locked > len(out.Tasks)
-		if out.Paused = paused != 0; out.Paused {
-			due = sql.NullInt64{}
+		if out.Paused = l.paused; out.Paused {
+			return nil
 		}
-		if len(out.Tasks) < spec.N && !out.Full && due.Valid {
-			out.NextDue = fromMillis(due.Int64)
+		want, next, err := b.placesLeft(ctx, tx, pool, l, spec.N)
+		if err != nil || want == 0 {
+			out.Limited, out.NextDue = err == nil, next
+			return err
 		}
-		return nil
+		st, err := b.stmtN(ctx, pickStatement(spec.Order, want, b.d.NowMillis, true))
+		if err != nil {
+			return err
+		}
+		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, pickArgs(pool, spec, want)...)
+		if err != nil {
+			return err
+		}
+		if out, _, err = scanPick(rows, want); err != nil {
+			return err
+		}
+		return b.takeTokens(ctx, tx, pool, l, len(out.Tasks))
 	})
 	if err != nil {
 		return taskpick.Picked{}, b.fail(ctx, err)
 	}
 	return out, nil
+}
+
+// pickArgs are pickStatement's parameters for a pick of n.
+func pickArgs(pool string, spec taskpick.PickSpec, n int) []any {
+	args := []any{pool, pool}
+	if spec.Order == taskpick.Random {
+		r := randomPosition()
+		args = append(args, r, pool, r)
+	}
+	return append(args, spec.MaxBytes, ceilMillis(spec.TTL), spec.Digests[:n], pool)
+}
+
+// scanPick reads pickStatement's answer for a pick of n, and whether the pool has limits,
+// and closes rows.
+func scanPick(rows *sql.Rows, n int) (taskpick.Picked, bool, error) {
+	defer rows.Close()
+	var out taskpick.Picked
+	var locked, paused, limited int
+	var due sql.NullInt64
+	for rows.Next() {
+		var now int64
+		var i, neg, token, attempt, maxAttempts sql.NullInt64
+		var id sql.NullString
+		var payload []byte
+		if err := rows.Scan(&now, &paused, &limited, &locked, &due, &i, &id, &payload, &neg, &token, &attempt, &maxAttempts); err != nil {
+			return out, false, err
+		}
+		if !i.Valid {
+			continue // nothing leased: the one row of the clock
+		}
+		out.Tasks = append(out.Tasks, taskpick.LeasedTask{
+			ID: id.String, Payload: payload, Priority: int32(-neg.Int64), Token: uint64(token.Int64),
+			Attempt: uint32(attempt.Int64), MaxAttempts: uint32(maxAttempts.Int64),
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return out, false, err
+	}
+	out.Full = locked > len(out.Tasks)
+	if out.Paused = paused != 0; out.Paused {
+		due = sql.NullInt64{}
+	}
+	if len(out.Tasks) < n && !out.Full && due.Valid {
+		out.NextDue = fromMillis(due.Int64)
+	}
+	return out, limited != 0, nil
 }
 
 // oneStatementPick says whether the engine picks with pickStatement.

@@ -198,6 +198,12 @@ func migrate(ctx context.Context, db *sqldb.DB) error {
 	if err := createPoolTable(ctx, db); err != nil {
 		return err
 	}
+	for _, c := range [][2]string{{"max_leased", "INTEGER NOT NULL DEFAULT 0"}, {"rate", "DOUBLE PRECISION NOT NULL DEFAULT 0"},
+		{"burst", "INTEGER NOT NULL DEFAULT 0"}, {"bucket_tokens", "DOUBLE PRECISION NOT NULL DEFAULT 0"}, {"bucket_ms", "BIGINT NOT NULL DEFAULT 0"}} {
+		if err := addColumn(ctx, db, poolTable, c[0], c[1]); err != nil {
+			return err
+		}
+	}
 	hasColumn := func() bool {
 		rows, err := db.QueryContext(ctx, "SELECT lease_hash FROM "+table+" WHERE 1 = 0")
 		if err != nil {
@@ -211,6 +217,26 @@ func migrate(ctx context.Context, db *sqldb.DB) error {
 	}
 	if _, err := db.ExecContext(ctx, leaseHashColumn(db.Dialect)); err != nil && !hasColumn() {
 		return fmt.Errorf("sqltask: %s schema: add lease_hash: %w", db.Dialect.Name, err)
+	}
+	return nil
+}
+
+// addColumn adds column (of type and default def) to tbl, made before the column existed;
+// instances starting together may race to add it, and the loser finds it there.
+func addColumn(ctx context.Context, db *sqldb.DB, tbl, column, def string) error {
+	has := func() bool {
+		rows, err := db.QueryContext(ctx, "SELECT "+column+" FROM "+tbl+" WHERE 1 = 0")
+		if err != nil {
+			return false
+		}
+		rows.Close()
+		return true
+	}
+	if has() {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, "ALTER TABLE "+tbl+" ADD COLUMN "+column+" "+def); err != nil && !has() {
+		return fmt.Errorf("sqltask: %s schema: add %s.%s: %w", db.Dialect.Name, tbl, column, err)
 	}
 	return nil
 }

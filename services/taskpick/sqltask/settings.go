@@ -14,7 +14,9 @@ import (
 // poolTable holds one row per pool that has settings (taskpick.PoolSettings): created by
 // the first SetPoolSettings, PausePool or ResumePool of the pool. A pool without a row has
 // the default settings. retry_initial_ms 0 means no retry policy; max_attempts 0 means the
-// service's default. Limits on Pick will be further columns.
+// service's default; max_leased 0 means no limit; rate 0 means no rate limit, and
+// bucket_tokens at bucket_ms (0: never) is its token bucket (taskpick.Refill). The limit
+// columns are added to tables made before them (addColumn in migrate).
 const poolTable = "coordkit_task_pools"
 
 // poolSchema creates poolTable: a table of its own, so a database made before pool settings
@@ -27,12 +29,17 @@ func poolSchema(key, options string) string {
 		retry_initial_ms BIGINT   NOT NULL DEFAULT 0,
 		retry_max_ms     BIGINT   NOT NULL DEFAULT 0,
 		retry_multiplier DOUBLE PRECISION NOT NULL DEFAULT 2,
-		retry_jitter     DOUBLE PRECISION NOT NULL DEFAULT 0
+		retry_jitter     DOUBLE PRECISION NOT NULL DEFAULT 0,
+		max_leased       INTEGER  NOT NULL DEFAULT 0,
+		rate             DOUBLE PRECISION NOT NULL DEFAULT 0,
+		burst            INTEGER  NOT NULL DEFAULT 0,
+		bucket_tokens    DOUBLE PRECISION NOT NULL DEFAULT 0,
+		bucket_ms        BIGINT   NOT NULL DEFAULT 0
 	)` + options
 }
 
 // settingsCols are the columns a PoolSettings is read from.
-const settingsCols = "paused, max_attempts, retry_initial_ms, retry_max_ms, retry_multiplier, retry_jitter"
+const settingsCols = "paused, max_attempts, retry_initial_ms, retry_max_ms, retry_multiplier, retry_jitter, max_leased, rate, burst"
 
 // upsert is an INSERT of pool and cols that, when the pool's row exists, sets cols instead.
 func (b *Backend) upsert(cols ...string) string {
@@ -67,7 +74,7 @@ func scanSettings(row interface{ Scan(...any) error }) (taskpick.PoolSettings, e
 	var paused int
 	var initial, maxMs int64
 	var mult, jitter float64
-	if err := row.Scan(&paused, &s.MaxAttempts, &initial, &maxMs, &mult, &jitter); err != nil {
+	if err := row.Scan(&paused, &s.MaxAttempts, &initial, &maxMs, &mult, &jitter, &s.MaxLeased, &s.Rate, &s.Burst); err != nil {
 		return s, err
 	}
 	s.Paused = paused != 0
@@ -100,7 +107,7 @@ func (b *Backend) SetSettings(ctx context.Context, pool string, s taskpick.PoolS
 	}
 	var out taskpick.PoolSettings
 	err := b.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.StmtContext(ctx, b.st.setSettings).ExecContext(ctx, pool, s.MaxAttempts, initial, maxMs, mult, jitter); err != nil {
+		if _, err := tx.StmtContext(ctx, b.st.setSettings).ExecContext(ctx, pool, s.MaxAttempts, initial, maxMs, mult, jitter, s.MaxLeased, s.Rate, s.Burst); err != nil {
 			return err
 		}
 		var err error
@@ -193,12 +200,16 @@ func (b *Backend) poolStatements(s *statements) []stmtText {
 	cancel += " WHERE pool = ? AND id = ? AND state = " + strconv.Itoa(stAvailable)
 	return []stmtText{
 		{&s.settings, "SELECT " + settingsCols + " FROM " + poolTable + " WHERE pool = ?"},
-		{&s.setSettings, b.upsert("max_attempts", "retry_initial_ms", "retry_max_ms", "retry_multiplier", "retry_jitter")},
+		{&s.setSettings, b.upsert("max_attempts", "retry_initial_ms", "retry_max_ms", "retry_multiplier", "retry_jitter", "max_leased", "rate", "burst")},
 		{&s.setPaused, b.upsert("paused")},
 		{&s.poolMax, "SELECT max_attempts FROM " + poolTable + " WHERE pool = ?"},
 		{&s.policy, "SELECT t.attempt, COALESCE(p.retry_initial_ms, 0), COALESCE(p.retry_max_ms, 0), COALESCE(p.retry_multiplier, 2)," +
 			" COALESCE(p.retry_jitter, 0) FROM " + table + " t LEFT JOIN " + poolTable + " p ON p.pool = t.pool WHERE t.pool = ? AND t.id = ?"},
 		{&s.cancel, cancel},
-		{&s.nowPaused, "SELECT " + now + ", COALESCE((SELECT paused FROM " + poolTable + " WHERE pool = ?), 0)"},
+		{&s.nowPaused, "SELECT " + now + ", COALESCE(MAX(paused), 0), " + limitedExpr + " FROM " + poolTable + " WHERE pool = ?"},
+		{&s.limitLock, "SELECT " + now + ", paused, max_leased, rate, burst, bucket_tokens, bucket_ms FROM " + poolTable + " WHERE pool = ?" + b.d.ForUpdate},
+		{&s.takeTokens, "UPDATE " + poolTable + " SET bucket_tokens = ?, bucket_ms = ? WHERE pool = ?"},
+		{&s.liveLeases, "SELECT COUNT(*), MIN(run_at) FROM " + table + " WHERE pool = ? AND state = " + strconv.Itoa(stLeased) +
+			" AND " + pickOnly[taskpick.FIFO] + " AND run_at > ?"},
 	}
 }

@@ -13,6 +13,8 @@ type statements struct {
 	now, insert, ack, extend, nack, lookup, nextDue, get, stats, requeue, listDead, countDead *sql.Stmt
 	// pool settings (settings.go)
 	settings, setSettings, setPaused, poolMax, policy, cancel, nowPaused *sql.Stmt
+	// limits on pick (limit.go)
+	limitLock, liveLeases, takeTokens *sql.Stmt
 	// unique keys (uniqueput.go)
 	uniqueLock, uniqueRead, uniqueTask, uniqueSeq, uniqueClaim *sql.Stmt
 }
@@ -84,7 +86,7 @@ func (s *statements) prepare(ctx context.Context, b *Backend) error {
 
 func (s *statements) close() {
 	for _, st := range []*sql.Stmt{s.now, s.insert, s.ack, s.extend, s.nack, s.lookup, s.nextDue, s.get, s.stats, s.requeue, s.listDead, s.countDead,
-		s.settings, s.setSettings, s.setPaused, s.poolMax, s.policy, s.cancel, s.nowPaused,
+		s.settings, s.setSettings, s.setPaused, s.poolMax, s.policy, s.cancel, s.nowPaused, s.limitLock, s.liveLeases, s.takeTokens,
 		s.uniqueLock, s.uniqueRead, s.uniqueTask, s.uniqueSeq, s.uniqueClaim} {
 		if st != nil {
 			st.Close()

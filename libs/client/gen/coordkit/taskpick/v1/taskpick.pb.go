@@ -2447,7 +2447,20 @@ type PoolSettings struct {
 	MaxAttempts *uint32 `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
 	// True while the pool is paused. Output only: PausePool and ResumePool set it, and
 	// SetPoolSettings ignores it.
-	Paused        bool `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	Paused bool `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The most tasks of the pool leased at once, across every instance of the service: a
+	// Pick leases at most max_leased minus the pool's live leases (expired ones do not count),
+	// and a waiting Pick waits for an Ack, Nack or expiry to free a place. 0 (default) means
+	// no limit; at most 2147483647 (2^31 - 1), more is invalid.
+	MaxLeased uint32 `protobuf:"varint,50,opt,name=max_leased,json=maxLeased,proto3" json:"max_leased,omitempty"`
+	// The most tasks of the pool leased per second, across every instance: a token bucket
+	// stored with the pool, refilled at rate tokens a second up to burst, one token per task
+	// leased, on the backend's clock. A Pick that finds no token leases nothing (a waiting
+	// Pick waits for the next token). 0 (default) means no rate limit; at most 1000000.
+	Rate float64 `protobuf:"fixed64,51,opt,name=rate,proto3" json:"rate,omitempty"`
+	// How many tokens the bucket holds: the most tasks leased at once after a quiet while.
+	// Only with a rate; 0 means 1. At most 2147483647 (2^31 - 1).
+	Burst         uint32 `protobuf:"varint,52,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2501,6 +2514,27 @@ func (x *PoolSettings) GetPaused() bool {
 		return x.Paused
 	}
 	return false
+}
+
+func (x *PoolSettings) GetMaxLeased() uint32 {
+	if x != nil {
+		return x.MaxLeased
+	}
+	return 0
+}
+
+func (x *PoolSettings) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *PoolSettings) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
 }
 
 // SetPoolSettingsRequest stores a pool's settings.
@@ -4079,12 +4113,16 @@ const file_coordkit_taskpick_v1_taskpick_proto_rawDesc = "" +
 	"multiplier\x18\x02 \x01(\x01R\n" +
 	"multiplier\x12+\n" +
 	"\x03max\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12\x16\n" +
-	"\x06jitter\x18\x04 \x01(\x01R\x06jitter\"\x9e\x01\n" +
+	"\x06jitter\x18\x04 \x01(\x01R\x06jitter\"\xe7\x01\n" +
 	"\fPoolSettings\x127\n" +
 	"\x05retry\x18\x01 \x01(\v2!.coordkit.taskpick.v1.RetryPolicyR\x05retry\x12&\n" +
 	"\fmax_attempts\x18\x02 \x01(\rH\x00R\vmaxAttempts\x88\x01\x01\x12\x16\n" +
-	"\x06paused\x18\x03 \x01(\bR\x06pausedB\x0f\n" +
-	"\r_max_attemptsJ\x04\b2\x10<\"\x86\x01\n" +
+	"\x06paused\x18\x03 \x01(\bR\x06paused\x12\x1d\n" +
+	"\n" +
+	"max_leased\x182 \x01(\rR\tmaxLeased\x12\x12\n" +
+	"\x04rate\x183 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x184 \x01(\rR\x05burstB\x0f\n" +
+	"\r_max_attemptsJ\x04\b5\x10<\"\x86\x01\n" +
 	"\x16SetPoolSettingsRequest\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12>\n" +

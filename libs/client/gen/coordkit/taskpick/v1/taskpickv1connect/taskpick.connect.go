@@ -141,9 +141,9 @@ type TaskPickServiceClient interface {
 	// holder's id, up to 512 bytes). Puts of one unique key in two operations of a batch add
 	// one task, and the other answers it as a duplicate, in no defined order.
 	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
-	// SetPoolSettings stores a pool's settings (retry policy, default max_attempts), replacing
-	// those stored before as a whole; the paused flag is left as it is (PausePool and
-	// ResumePool change it). The record is created on first use; a pool without one behaves
+	// SetPoolSettings stores a pool's settings (retry policy, default max_attempts, limits on
+	// Pick), replacing those stored before as a whole; the paused flag is left as it is
+	// (PausePool and ResumePool change it). The record is created on first use; a pool without one behaves
 	// as PoolSettings' defaults say.
 	SetPoolSettings(context.Context, *v1.SetPoolSettingsRequest) (*v1.SetPoolSettingsResponse, error)
 	// GetPoolSettings reports a pool's settings: the defaults when none were ever stored.
@@ -588,9 +588,9 @@ type TaskPickServiceHandler interface {
 	// holder's id, up to 512 bytes). Puts of one unique key in two operations of a batch add
 	// one task, and the other answers it as a duplicate, in no defined order.
 	Batch(context.Context, *v1.BatchRequest) (*v1.BatchResponse, error)
-	// SetPoolSettings stores a pool's settings (retry policy, default max_attempts), replacing
-	// those stored before as a whole; the paused flag is left as it is (PausePool and
-	// ResumePool change it). The record is created on first use; a pool without one behaves
+	// SetPoolSettings stores a pool's settings (retry policy, default max_attempts, limits on
+	// Pick), replacing those stored before as a whole; the paused flag is left as it is
+	// (PausePool and ResumePool change it). The record is created on first use; a pool without one behaves
 	// as PoolSettings' defaults say.
 	SetPoolSettings(context.Context, *v1.SetPoolSettingsRequest) (*v1.SetPoolSettingsResponse, error)
 	// GetPoolSettings reports a pool's settings: the defaults when none were ever stored.
