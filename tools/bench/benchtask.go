@@ -36,16 +36,21 @@ import (
 
 // taskBenchConfig is everything `coordbench task` can be told.
 type taskBenchConfig struct {
-	tasks     int
-	workers   int
-	backends  []string
-	counts    []int
-	work      bool
-	unique    bool
-	asynq     bool
-	river     bool
-	redisAddr string
-	mysqlDSN  string
+	tasks    int
+	workers  int
+	backends []string
+	counts   []int
+	work     bool
+	unique   bool
+	// rate is the limit of the rate-limited pool run per backend (0: no such run), measured
+	// for rateDuration.
+	rate         float64
+	rateBurst    int
+	rateDuration time.Duration
+	asynq        bool
+	river        bool
+	redisAddr    string
+	mysqlDSN     string
 	// postgresURL is the PostgreSQL database of the postgres backend (each run in a schema of
 	// its own, dropped afterwards) and of River (in riverSchema).
 	postgresURL string
@@ -78,6 +83,9 @@ type taskResult struct {
 	PickP99     time.Duration `json:"pick_p99_ns"`
 	Errors      int           `json:"errors"`
 	FirstError  string        `json:"first_error,omitempty"`
+	// RateLimit is the pool's rate limit in a rate run, RateRatio its tasks/s over it.
+	RateLimit float64 `json:"rate_limit,omitempty"`
+	RateRatio float64 `json:"ratio_vs_limit,omitempty"`
 }
 
 // benchTask implements `coordbench task`: per backend, an in-process task service on a
@@ -157,6 +165,9 @@ func benchTaskFlags(fs *pflag.FlagSet) func() (taskBenchConfig, error) {
 	counts := fs.String("counts", "1,10", "comma-separated tasks per Pick, one run each")
 	fs.BoolVar(&cfg.work, "work", true, "also run the SDK's Work (WithConcurrency(workers), WithBatch(largest count)) per backend")
 	fs.BoolVar(&cfg.unique, "unique", true, "also measure Puts with unique keys (half of them duplicates) per backend, and asynq.Unique as their peer")
+	fs.Float64Var(&cfg.rate, "rate", 0, "per backend but sqlite, also pick a pool limited to this many tasks a second (--rate-burst) through 2 services over the store and report the measured rate over it; 0 (the default) skips it")
+	fs.IntVar(&cfg.rateBurst, "rate-burst", 1, "the rate-limited pool's burst (its bucket's size)")
+	fs.DurationVar(&cfg.rateDuration, "rate-duration", 5*time.Second, "how long the rate-limited pool is picked")
 	fs.BoolVar(&cfg.asynq, "asynq", true, "measure hibiken/asynq on --redis-addr as the peer")
 	fs.StringVar(&cfg.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis of the redis backend and of asynq")
 	fs.StringVar(&cfg.mysqlDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/coordkit", "MySQL/MariaDB of the mysql backend")
@@ -173,6 +184,9 @@ func benchTaskFlags(fs *pflag.FlagSet) func() (taskBenchConfig, error) {
 func (cfg taskBenchConfig) check(counts, backends string) (taskBenchConfig, error) {
 	if cfg.tasks < 1 || cfg.workers < 1 || cfg.timeout <= 0 {
 		return cfg, errors.New("bench: --tasks, --workers and --timeout must be positive")
+	}
+	if cfg.rate < 0 || cfg.rate > 1_000_000 || (cfg.rate > 0 && (cfg.rateDuration <= 0 || cfg.rateBurst < 1)) {
+		return cfg, errors.New("bench: --rate must be 0 to 1,000,000, and --rate-duration and --rate-burst positive")
 	}
 	var err error
 	if cfg.counts, err = parseClients(counts); err != nil {
@@ -223,6 +237,14 @@ func benchTaskBackend(ctx context.Context, cfg taskBenchConfig, backend, stamp s
 		r.Target = "unique-put/" + backend
 		out = append(out, r)
 		fmt.Fprintf(stderr, "bench: %s: %.0f puts/s\n", r.Target, r.PutPerSec)
+	}
+	// SQLite's store is a file of one service's own: two services cannot share it.
+	if cfg.rate > 0 && backend != "sqlite" && ctx.Err() == nil {
+		r, err := benchRateBackend(ctx, cfg, url, backend, stamp, stderr)
+		out = append(out, r)
+		if err != nil {
+			return out, errors.Join(err, stop())
+		}
 	}
 	return out, stop()
 }
@@ -307,7 +329,8 @@ var taskBenchDeps = map[string]func(ctx context.Context, cfg taskBenchConfig, st
 		}
 		closers.Add(db.Close)
 		closers.Add(func() error { // the run's own schema, with whatever a failed run left
-			_, err := db.ExecContext(context.WithoutCancel(ctx), "DROP SCHEMA "+sqldb.QuoteIdent(schema)+" CASCADE")
+			// IF EXISTS: a rate run's second service drops it too.
+			_, err := db.ExecContext(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+sqldb.QuoteIdent(schema)+" CASCADE")
 			return err
 		})
 		deps.Postgres = db
@@ -601,7 +624,8 @@ func addAsynqRatios(results []taskResult) {
 	addRatios(results, "asynq/redis", func(r *taskResult, ratio float64) { r.Ratio = ratio })
 }
 
-// addRatios sets, with set, every run's tasks/s over that of the run of target, if any.
+// addRatios sets, with set, every run's tasks/s over that of the run of target, if any;
+// not a rate run's, whose tasks/s is its limit's.
 func addRatios(results []taskResult, target string, set func(r *taskResult, ratio float64)) {
 	i := slices.IndexFunc(results, func(r taskResult) bool { return r.Target == target })
 	if i < 0 || results[i].TasksPerSec == 0 {
@@ -609,6 +633,9 @@ func addRatios(results []taskResult, target string, set func(r *taskResult, rati
 	}
 	base := results[i].TasksPerSec
 	for j := range results {
+		if results[j].RateLimit > 0 {
+			continue
+		}
 		set(&results[j], results[j].TasksPerSec/base)
 	}
 }
