@@ -2,11 +2,15 @@ package sqltask_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coordkit/coordkit/libs/sqldb"
+	"github.com/coordkit/coordkit/libs/testenv"
 	"github.com/coordkit/coordkit/services/taskpick"
 	"github.com/coordkit/coordkit/services/taskpick/sqltask"
 )
@@ -55,5 +59,65 @@ func TestUpgradeAddsLimitColumns(t *testing.T) {
 	}
 	if p, err = b.Pick(ctx, "p", spec); err != nil || len(p.Tasks) != 0 || !p.Limited || p.NextDue.IsZero() {
 		t.Fatalf("a Pick at the limit: %+v %v, want limited until the lease's end", p, err)
+	}
+}
+
+// TestPostgresLimitedPicksOnASmallPool runs more concurrent Picks of a limited pool than the
+// connection pool has connections, asking for different counts so the pick statements keep
+// changing: a pick holding the pool's row must never wait for another connection (preparing a
+// statement on the pool did, while every other connection waited for that row), so every
+// task is picked and acked without an error well within the statement timeout.
+func TestPostgresLimitedPicksOnASmallPool(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, err := sqldb.OpenPostgres(ctx, testenv.PostgresURL(), sqldb.PostgresConfig{Schema: testenv.PostgresSchema(t), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b, err := sqltask.New(ctx, db, sqltask.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	const pool, tasks = "small", 300
+	if _, err := b.SetSettings(ctx, pool, taskpick.PoolSettings{MaxLeased: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]taskpick.NewTask, tasks)
+	for i := range batch {
+		batch[i] = taskpick.NewTask{ID: fmt.Sprint("t", i)}
+	}
+	if _, err := b.Put(ctx, pool, batch); err != nil {
+		t.Fatal(err)
+	}
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for n := 1 + w%10; acked.Load() < tasks && ctx.Err() == nil; n = n%10 + 1 {
+				digests := make([]string, n)
+				for i := range digests {
+					digests[i] = fmt.Sprint("d", w, "-", i)
+				}
+				p, err := b.Pick(ctx, pool, taskpick.PickSpec{N: n, TTL: time.Minute, Digests: digests, MaxBytes: taskpick.DefaultMaxAnswerBytes})
+				if err != nil {
+					t.Errorf("Pick of %d: %v", n, err)
+					return
+				}
+				for i, lt := range p.Tasks {
+					if err := b.Ack(ctx, pool, lt.ID, taskpick.Lease{Token: lt.Token, Digest: digests[i]}); err != nil {
+						t.Errorf("Ack %s: %v", lt.ID, err)
+						return
+					}
+					acked.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if acked.Load() != tasks {
+		t.Fatalf("%d of %d tasks acked", acked.Load(), tasks)
 	}
 }

@@ -127,11 +127,10 @@ func (b *Backend) pickLimited(ctx context.Context, pool string, spec taskpick.Pi
 			out.Limited, out.NextDue = err == nil, next
 			return err
 		}
-		st, err := b.stmtN(ctx, pickStatement(spec.Order, want, b.d.NowMillis, true))
-		if err != nil {
-			return err
-		}
-		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, pickArgs(pool, spec, want)...)
+		// The text goes as it is (the driver caches its plan per connection): preparing it on
+		// the pool here would wait for a second connection while this one holds the pool's
+		// row, which the other pickers, each holding a connection, wait for.
+		rows, err := tx.QueryContext(ctx, pickStatement(spec.Order, want, b.d.NowMillis, true), pickArgs(pool, spec, want)...)
 		if err != nil {
 			return err
 		}

@@ -146,15 +146,28 @@ func (b *Backend) tryTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.T
 }
 
 // stmtN returns the prepared form of q, cached: for statements whose text depends on a count.
+// It does not hold b.mu while it prepares, which waits for a connection of the pool: callers
+// holding connections must not wait behind it for the cache.
 func (b *Backend) stmtN(ctx context.Context, q string) (*sql.Stmt, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if st, ok := b.byCount[q]; ok {
+	st, ok := b.byCount[q]
+	b.mu.Unlock()
+	if ok {
 		return st, nil
 	}
 	st, err := b.db.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if had, ok := b.byCount[q]; ok { // prepared meanwhile by another call
+		st.Close()
+		return had, nil
+	}
+	if b.byCount == nil { // closed meanwhile
+		st.Close()
+		return nil, sql.ErrConnDone
 	}
 	b.byCount[q] = st
 	return st, nil
