@@ -3,6 +3,7 @@ package sqltask
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -99,8 +100,10 @@ func (b *Backend) Sweep(ctx context.Context, limit int) ([]taskpick.Recovered, e
 		}
 	}
 	if b.uniquePurgeDue() {
+		// Free key rows only take room; their purge failing must not hide the recoveries
+		// committed above from the caller, which announces them.
 		if err := b.purgeUnique(ctx, min(limit, uniquePurgeLimit)); err != nil {
-			return nil, b.fail(ctx, err)
+			slog.WarnContext(ctx, "sqltask: purging free unique keys failed; they stay until a later sweep", "backend", b.d.Name, "error", err)
 		}
 	}
 	out := make([]taskpick.Recovered, 0, len(order))
