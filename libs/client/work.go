@@ -103,7 +103,9 @@ func WithBatch(n int) WorkOption { return func(o *workOptions) { o.batch = n } }
 // WithBackoff sets how long a task whose handler failed waits before it may be picked again,
 // from the attempt that failed (from 1), sent as the Nack's retry_after, over any pool policy.
 // Without it Work sends no retry_after, so the pool's retry policy (SetPoolSettings) decides,
-// and a pool without one waits DefaultBackoff (sent as default_retry_after).
+// and a pool without one waits DefaultBackoff (sent as default_retry_after; a service older
+// than pool settings ignores that field and makes the task available again at once, so pass
+// WithBackoff(DefaultBackoff) when the service may be older than this client).
 func WithBackoff(f func(attempt uint32) time.Duration) WorkOption {
 	return func(o *workOptions) { o.backoff, o.ownBackoff = f, true }
 }
